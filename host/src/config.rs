@@ -1,0 +1,78 @@
+//! Communicator settings shared by the GPU and CPU communicators.
+
+use ringreduce_kernels::plan::DEFAULT_BUFFER_BYTES;
+use std::time::Duration;
+
+/// Overrides the default wait timeout, in (fractional) seconds; `0` waits
+/// forever.
+pub const TIMEOUT_ENV: &str = "RINGREDUCE_TIMEOUT_SECS";
+
+/// The wait timeout when neither the config nor [`TIMEOUT_ENV`] sets one.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How a communicator is set up.
+///
+/// ```
+/// use ringreduce::CommConfig;
+/// use std::time::Duration;
+/// let cfg = CommConfig::default()
+///     .buffer_bytes(4 << 20)
+///     .ring_order(vec![1, 2, 0, 3])
+///     .timeout(Duration::from_secs(5));
+/// assert_eq!(cfg.buffer_bytes, 4 << 20);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommConfig {
+    /// Staging buffer per rank, in bytes (default 2 MiB, as NCCL 1.x).
+    pub buffer_bytes: u64,
+    /// User ranks in ring order (default `0..k`).
+    pub ring_order: Option<Vec<u32>>,
+    /// Longest any single wait may spin without progress before the rank
+    /// gives up with [`Error::Timeout`](crate::Error::Timeout). `None` takes
+    /// [`TIMEOUT_ENV`] or else [`DEFAULT_TIMEOUT`]; `Some(ZERO)` waits forever.
+    pub timeout: Option<Duration>,
+}
+
+impl Default for CommConfig {
+    fn default() -> Self {
+        CommConfig {
+            buffer_bytes: DEFAULT_BUFFER_BYTES,
+            ring_order: None,
+            timeout: None,
+        }
+    }
+}
+
+impl CommConfig {
+    pub fn buffer_bytes(mut self, bytes: u64) -> Self {
+        self.buffer_bytes = bytes;
+        self
+    }
+
+    pub fn ring_order(mut self, order: Vec<u32>) -> Self {
+        self.ring_order = Some(order);
+        self
+    }
+
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = Some(t);
+        self
+    }
+
+    /// The effective timeout.
+    pub fn effective_timeout(&self) -> Duration {
+        if let Some(t) = self.timeout {
+            return t;
+        }
+        std::env::var(TIMEOUT_ENV)
+            .ok()
+            .and_then(|s| s.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(Duration::from_secs_f64)
+            .unwrap_or(DEFAULT_TIMEOUT)
+    }
+
+    pub(crate) fn timeout_ns(&self) -> u64 {
+        self.effective_timeout().as_nanos().min(u64::MAX as u128) as u64
+    }
+}

@@ -1,0 +1,182 @@
+//! Host buffers for the CPU execution.
+//!
+//! Collectives on the CPU run asynchronously on per-rank worker threads, as
+//! they would on GPU streams, so a buffer cannot be a borrowed slice. A
+//! [`HostBuffer`] owns its memory, counts the collectives still using it, and
+//! makes every host access wait until none are: reading it right after
+//! enqueuing a collective is safe and returns the finished result.
+
+use crate::element::RsElement;
+use std::alloc::Layout;
+use std::ops::Range;
+use std::sync::{Arc, Condvar, Mutex};
+
+/// Alignment of host buffers: a cache line, so that offsets 0..k give every
+/// possible residue modulo the 16-byte pack.
+const ALIGN: usize = 64;
+
+pub(crate) struct HostMem {
+    ptr: *mut u8,
+    bytes: usize,
+    pending: Mutex<usize>,
+    idle: Condvar,
+}
+
+// SAFETY: access to the memory is serialised by the pending count (host
+// side) and by the collective protocol (worker side).
+unsafe impl Send for HostMem {}
+unsafe impl Sync for HostMem {}
+
+impl HostMem {
+    pub(crate) fn new(bytes: usize) -> Arc<Self> {
+        let layout = Layout::from_size_align(bytes.max(1), ALIGN).expect("layout");
+        // SAFETY: non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Arc::new(HostMem {
+            ptr,
+            bytes,
+            pending: Mutex::new(0),
+            idle: Condvar::new(),
+        })
+    }
+
+    pub(crate) fn addr(&self) -> u64 {
+        self.ptr as u64
+    }
+
+    fn wait_idle(&self) {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        while *p > 0 {
+            p = self.idle.wait(p).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    pub(crate) fn begin_use(self: &Arc<Self>) -> UseGuard {
+        *self.pending.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        UseGuard(self.clone())
+    }
+}
+
+impl Drop for HostMem {
+    fn drop(&mut self) {
+        let layout = Layout::from_size_align(self.bytes.max(1), ALIGN).expect("layout");
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, layout) }
+    }
+}
+
+/// Marks a buffer in use by one enqueued collective until dropped.
+pub(crate) struct UseGuard(Arc<HostMem>);
+
+impl Drop for UseGuard {
+    fn drop(&mut self) {
+        let mut p = self.0.pending.lock().unwrap_or_else(|e| e.into_inner());
+        *p -= 1;
+        if *p == 0 {
+            self.0.idle.notify_all();
+        }
+    }
+}
+
+/// An owned, 64-byte-aligned host buffer of `T`.
+pub struct HostBuffer<T> {
+    mem: Arc<HostMem>,
+    len: usize,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T: RsElement> HostBuffer<T> {
+    /// `len` zeroed elements.
+    pub fn zeroed(len: usize) -> Self {
+        let bytes = len
+            .checked_mul(std::mem::size_of::<T>())
+            .expect("buffer size overflows usize");
+        HostBuffer {
+            mem: HostMem::new(bytes),
+            len,
+            _t: std::marker::PhantomData,
+        }
+    }
+
+    pub fn from_slice(data: &[T]) -> Self {
+        let b = Self::zeroed(data.len());
+        b.write(0, data);
+        b
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies the contents out, after every collective using it finished.
+    pub fn to_vec(&self) -> Vec<T> {
+        self.mem.wait_idle();
+        // SAFETY: no collective uses the memory; it holds `len` initialised
+        // (zeroed or written) Pod elements.
+        unsafe { std::slice::from_raw_parts(self.mem.ptr as *const T, self.len).to_vec() }
+    }
+
+    /// Overwrites elements from `offset`, after every collective using the
+    /// buffer finished. Panics if the data does not fit, like slice copies.
+    pub fn write(&self, offset: usize, data: &[T]) {
+        assert!(offset + data.len() <= self.len, "write out of bounds");
+        self.mem.wait_idle();
+        // SAFETY: in bounds, and no collective uses the memory.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                (self.mem.ptr as *mut T).add(offset),
+                data.len(),
+            )
+        }
+    }
+
+    /// A view of `range`, for passing to a collective.
+    pub fn view(&self, range: Range<usize>) -> HostView<T> {
+        assert!(
+            range.start <= range.end && range.end <= self.len,
+            "view out of bounds"
+        );
+        HostView {
+            mem: self.mem.clone(),
+            offset: range.start,
+            len: range.end - range.start,
+            _t: std::marker::PhantomData,
+        }
+    }
+
+    pub fn as_view(&self) -> HostView<T> {
+        self.view(0..self.len)
+    }
+}
+
+/// Part of a [`HostBuffer`], kept alive by the collectives that use it.
+#[derive(Clone)]
+pub struct HostView<T> {
+    pub(crate) mem: Arc<HostMem>,
+    pub(crate) offset: usize,
+    pub(crate) len: usize,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T> HostView<T> {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Address of the first element.
+    pub fn addr(&self) -> u64 {
+        self.mem.addr() + (self.offset * std::mem::size_of::<T>()) as u64
+    }
+}

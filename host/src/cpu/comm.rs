@@ -1,0 +1,355 @@
+//! The CPU communicator: the same ring kernels, run by OS threads.
+
+use super::buffer::{HostMem, HostView, UseGuard};
+use super::lane::{Lane, OrBarrier};
+use crate::config::CommConfig;
+use crate::element::RsElement;
+use crate::error::{Error, Result};
+use crate::planner::{plan_reduce_scatter, BufferSpan, Control, Plan, RankWiring};
+use crate::ring::RingOrder;
+use crate::status::first_error;
+use ringreduce_kernels::algorithm::reduce_scatter;
+use ringreduce_kernels::plan::CPU_THREADS;
+use ringreduce_kernels::{Avg, Element, KernelArgs, Max, Min, Op, Prod, ReduceOp, StatusRecord, Sum};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// One rank's buffers for a CPU collective.
+#[derive(Clone)]
+pub enum CpuBuffers<T> {
+    /// `send` holds `k * n` elements, `recv` holds `n`.
+    OutOfPlace { send: HostView<T>, recv: HostView<T> },
+    /// One buffer of `k * n` elements; the result lands in this rank's block.
+    InPlace(HostView<T>),
+}
+
+impl<T> CpuBuffers<T> {
+    pub fn out_of_place(send: HostView<T>, recv: HostView<T>) -> Self {
+        CpuBuffers::OutOfPlace { send, recv }
+    }
+    pub fn in_place(buf: HostView<T>) -> Self {
+        CpuBuffers::InPlace(buf)
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Per-rank state, in host memory: the staging buffer, the three flags and
+/// the status record, laid out exactly as the GPU communicator lays them out
+/// in device memory.
+struct CpuRank {
+    staging: Arc<HostMem>,
+    /// new data, chunk done, next-output slot.
+    flags: Box<[AtomicU64; 3]>,
+    status: Box<[AtomicU64; StatusRecord::WORDS]>,
+    user_from_ring: Box<[u32]>,
+}
+
+struct Inner {
+    ring: RingOrder,
+    config: CommConfig,
+    ranks: Vec<CpuRank>,
+    abort: Box<AtomicU64>,
+    broken: Mutex<Option<Error>>,
+    fault: Mutex<Option<(usize, u64, u64)>>,
+}
+
+/// A communicator over `k` ranks that runs the ring reduce-scatter on CPU
+/// threads: each rank is a worker thread (its "stream") that runs every
+/// collective's block as `CPU_THREADS + 1` OS threads. The protocol, the
+/// sizing and the kernel code are the GPU's; only the [`Device`] differs.
+///
+/// [`Device`]: ringreduce_kernels::Device
+pub struct CpuCommunicator {
+    inner: Arc<Inner>,
+    workers: Vec<(Option<Sender<Job>>, Option<JoinHandle<()>>)>,
+}
+
+impl CpuCommunicator {
+    /// `k` ranks in ring order `0..k` with the default configuration.
+    pub fn new(k: usize) -> Result<Self> {
+        Self::with_config(k, CommConfig::default())
+    }
+
+    pub fn with_config(k: usize, config: CommConfig) -> Result<Self> {
+        if k == 0 {
+            return Err(Error::ZeroRanks);
+        }
+        let ring = RingOrder::for_ranks(config.ring_order.as_deref(), k)?;
+        // Fail early on a staging buffer that cannot hold even one slice.
+        crate::planner::sizing(
+            k,
+            0,
+            ringreduce_kernels::DataType::U8,
+            config.buffer_bytes,
+            CPU_THREADS,
+        )?;
+        let ranks = (0..k)
+            .map(|_| CpuRank {
+                staging: HostMem::new(config.buffer_bytes as usize),
+                flags: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
+                status: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
+                user_from_ring: ring.user_from_ring().into(),
+            })
+            .collect();
+        let inner = Arc::new(Inner {
+            ring,
+            config,
+            ranks,
+            abort: Box::new(AtomicU64::new(0)),
+            broken: Mutex::new(None),
+            fault: Mutex::new(None),
+        });
+        let workers = (0..k)
+            .map(|rank| {
+                let (tx, rx) = channel::<Job>();
+                let h = std::thread::Builder::new()
+                    .name(format!("ringreduce-cpu-rank{rank}"))
+                    .spawn(move || {
+                        for job in rx {
+                            job();
+                        }
+                    })
+                    .expect("spawn rank worker");
+                (Some(tx), Some(h))
+            })
+            .collect();
+        Ok(CpuCommunicator { inner, workers })
+    }
+
+    pub fn k(&self) -> usize {
+        self.inner.ring.len()
+    }
+
+    pub fn ring_order(&self) -> &RingOrder {
+        &self.inner.ring
+    }
+
+    pub fn config(&self) -> &CommConfig {
+        &self.inner.config
+    }
+
+    fn wiring(&self) -> Vec<RankWiring> {
+        self.inner
+            .ranks
+            .iter()
+            .map(|r| RankWiring {
+                staging: r.staging.addr(),
+                new_data: r.flags[0].as_ptr() as u64,
+                chunk_done: r.flags[1].as_ptr() as u64,
+                slot: r.flags[2].as_ptr() as u64,
+                user_from_ring: r.user_from_ring.as_ptr() as u64,
+                status: r.status.as_ptr() as u64,
+            })
+            .collect()
+    }
+
+    fn check_broken(&self) -> Result<()> {
+        if let Some(e) = self.inner.broken.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            return Err(Error::Broken(e.to_string()));
+        }
+        if let Some(e) = self.status_error() {
+            let mut b = self.inner.broken.lock().unwrap_or_else(|e| e.into_inner());
+            *b = Some(e.clone());
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn status_error(&self) -> Option<Error> {
+        let recs: Vec<StatusRecord> = self.inner.ranks.iter().map(|r| read_status(&r.status)).collect();
+        first_error(&recs, &self.inner.ring)
+    }
+
+    /// Enqueues a reduce-scatter: `bufs[u]` are user rank `u`'s buffers. It
+    /// returns once every rank's work is queued; the buffers' host accessors
+    /// wait for it, and [`synchronize`](Self::synchronize) reports how it
+    /// ended.
+    pub fn reduce_scatter<T: RsElement>(&self, bufs: &[CpuBuffers<T>], op: Op) -> Result<()> {
+        self.check_broken()?;
+        let k = self.k();
+        if bufs.len() != k {
+            return Err(Error::WrongBufferCount { got: bufs.len(), k });
+        }
+        let sz = std::mem::size_of::<T>() as u64;
+        let mut spans = Vec::with_capacity(k);
+        for (u, b) in bufs.iter().enumerate() {
+            spans.push(match b {
+                CpuBuffers::OutOfPlace { send, recv } => BufferSpan {
+                    send: send.addr(),
+                    send_len: send.len() as u64,
+                    recv: recv.addr(),
+                    recv_len: recv.len() as u64,
+                },
+                CpuBuffers::InPlace(v) => {
+                    let n = (v.len() / k) as u64;
+                    BufferSpan {
+                        send: v.addr(),
+                        send_len: v.len() as u64,
+                        recv: v.addr() + u as u64 * n * sz,
+                        recv_len: n,
+                    }
+                }
+            });
+        }
+        let control = Control {
+            abort_flag: self.inner.abort.as_ptr() as u64,
+            timeout_ns: self.inner.config.timeout_ns(),
+            fault: *self.inner.fault.lock().unwrap_or_else(|e| e.into_inner()),
+        };
+        let plan = plan_reduce_scatter(
+            &self.inner.ring,
+            &self.wiring(),
+            &spans,
+            T::DTYPE,
+            self.inner.config.buffer_bytes,
+            CPU_THREADS,
+            control,
+        )?;
+        let guards_for = |b: &CpuBuffers<T>| -> Vec<UseGuard> {
+            match b {
+                CpuBuffers::OutOfPlace { send, recv } => {
+                    vec![send.mem.begin_use(), recv.mem.begin_use()]
+                }
+                CpuBuffers::InPlace(v) => vec![v.mem.begin_use()],
+            }
+        };
+        match plan {
+            Plan::Nothing => Ok(()),
+            Plan::Copy { send, recv, bytes } => {
+                let guards = guards_for(&bufs[0]);
+                self.submit(
+                    0,
+                    Box::new(move || {
+                        let _g = guards;
+                        // SAFETY: validated, non-overlapping, in use by us.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                send as *const u8,
+                                recv as *mut u8,
+                                bytes as usize,
+                            )
+                        }
+                    }),
+                )
+            }
+            Plan::Launch { args, .. } => {
+                for (u, a) in args.into_iter().enumerate() {
+                    let guards = guards_for(&bufs[u]);
+                    let inner = self.inner.clone();
+                    self.submit(
+                        u,
+                        Box::new(move || {
+                            let _g = guards;
+                            let _keep = inner;
+                            run_block::<T>(op, &a);
+                        }),
+                    )?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn submit(&self, rank: usize, job: Job) -> Result<()> {
+        let tx = self.workers[rank].0.as_ref().expect("worker alive");
+        tx.send(job)
+            .map_err(|_| Error::Broken(format!("rank {rank}'s worker thread has exited")))
+    }
+
+    /// Waits for every queued collective, then reports the first error any
+    /// rank recorded. After an error the communicator stays broken.
+    pub fn synchronize(&self) -> Result<()> {
+        let (tx, rx) = channel::<()>();
+        for rank in 0..self.k() {
+            let tx = tx.clone();
+            self.submit(rank, Box::new(move || {
+                let _ = tx.send(());
+            }))?;
+        }
+        drop(tx);
+        for _ in 0..self.k() {
+            rx.recv()
+                .map_err(|_| Error::Broken("a rank's worker thread has exited".into()))?;
+        }
+        self.check_broken()
+    }
+
+    /// Makes every rank's waits give up; safe from any thread. Queued and
+    /// running collectives end with [`Error::Aborted`].
+    pub fn abort(&self) {
+        self.inner.abort.store(1, Ordering::SeqCst);
+    }
+
+    /// Test hook: from the given (chunk, step) on, `rank` drops its "new
+    /// data" signals. Only effective with the `fault-injection` feature.
+    #[doc(hidden)]
+    pub fn inject_lost_signal(&self, rank: usize, chunk: u64, step: u64) {
+        *self.inner.fault.lock().unwrap_or_else(|e| e.into_inner()) = Some((rank, chunk, step));
+    }
+}
+
+impl Drop for CpuCommunicator {
+    fn drop(&mut self) {
+        for (tx, _) in &mut self.workers {
+            tx.take();
+        }
+        for (_, h) in &mut self.workers {
+            if let Some(h) = h.take() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+fn read_status(words: &[AtomicU64; StatusRecord::WORDS]) -> StatusRecord {
+    let w: [u64; StatusRecord::WORDS] = std::array::from_fn(|i| words[i].load(Ordering::Acquire));
+    StatusRecord {
+        outcome: w[0],
+        user_rank: w[1],
+        ring_pos: w[2],
+        chunk: w[3],
+        step: w[4],
+        sub: w[5],
+        wait_kind: w[6],
+        expected: w[7],
+        seen: w[8],
+        waited_ns: w[9],
+    }
+}
+
+fn run_block<T: Element>(op: Op, a: &KernelArgs) {
+    match op {
+        Op::Sum => run_lanes::<T, Sum>(a),
+        Op::Prod => run_lanes::<T, Prod>(a),
+        Op::Max => run_lanes::<T, Max>(a),
+        Op::Min => run_lanes::<T, Min>(a),
+        Op::Avg => run_lanes::<T, Avg>(a),
+    }
+}
+
+/// One block: `CPU_THREADS` producer lanes and the signalling lane.
+fn run_lanes<T: Element, O: ReduceOp>(a: &KernelArgs) {
+    let producers = OrBarrier::new(CPU_THREADS as usize);
+    let block = OrBarrier::new(CPU_THREADS as usize + 1);
+    let epoch = Instant::now();
+    std::thread::scope(|s| {
+        for tid in 0..=CPU_THREADS {
+            let (producers, block) = (&producers, &block);
+            s.spawn(move || {
+                let lane = Lane {
+                    tid,
+                    producers,
+                    block,
+                    epoch,
+                };
+                // SAFETY: `a` comes from the planner for this communicator,
+                // whose memory outlives the job.
+                unsafe { reduce_scatter::<Lane<'_>, T, O, CPU_THREADS>(&lane, a) }
+            });
+        }
+    });
+}

@@ -1,0 +1,128 @@
+//! The library's error type.
+
+use ringreduce_kernels::WaitKind;
+
+/// Everything that can go wrong. Input errors are found before anything is
+/// launched and leave every buffer untouched; run-time errors (`Timeout`,
+/// `Aborted`, `Driver` during a launch) mark the communicator broken.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "no CUDA driver could be loaded (libcuda.so was not found); \
+         use ringreduce::CpuCommunicator to run the CPU execution instead"
+    )]
+    NoDriver,
+    #[error("CUDA driver error: {0}")]
+    Driver(String),
+    #[error("device {device} does not exist: {count} CUDA device(s) present")]
+    NoSuchDevice { device: usize, count: usize },
+    #[error("a communicator needs at least one rank (k = 0)")]
+    ZeroRanks,
+    #[error(
+        "{k} ranks cannot all be resident on device {device}: at most {max} blocks of \
+         {threads} threads run at once"
+    )]
+    TooManyRanks {
+        k: usize,
+        max: usize,
+        device: usize,
+        threads: usize,
+    },
+    #[error("ring order {order:?} is not a permutation of 0..{k}")]
+    BadRingOrder { order: Vec<u32>, k: usize },
+    #[error(
+        "staging buffer of {have} bytes is too small for {k} ranks: each rank needs at \
+         least {need} bytes (one unrolled slice plus padding per block and subchunk)"
+    )]
+    BufferTooSmall { k: usize, need: u64, have: u64 },
+    #[error("{got} buffer pairs given for {k} ranks")]
+    WrongBufferCount { got: usize, k: usize },
+    #[error("{got} streams given for {k} ranks")]
+    WrongStreamCount { got: usize, k: usize },
+    #[error("rank {rank}: send holds {send_len} elements, but k * recv.len() = {expected}")]
+    SendLength {
+        rank: usize,
+        send_len: u64,
+        expected: u64,
+    },
+    #[error("rank {rank}: recv holds {got} elements, rank 0's holds {want}")]
+    CountMismatch { rank: usize, got: u64, want: u64 },
+    #[error("rank {rank}: {which} buffer is on device {found}, but the rank is on device {expected}")]
+    WrongDevice {
+        rank: usize,
+        which: &'static str,
+        found: i64,
+        expected: usize,
+    },
+    #[error("rank {rank}: {which} buffer [{addr:#x}, +{bytes} B) is not inside one allocation")]
+    BufferOutOfBounds {
+        rank: usize,
+        which: &'static str,
+        addr: u64,
+        bytes: u64,
+    },
+    #[error("rank {rank}: {which} address {addr:#x} is not a multiple of the element size {size}")]
+    Misaligned {
+        rank: usize,
+        which: &'static str,
+        addr: u64,
+        size: u64,
+    },
+    #[error(
+        "rank {rank}: recv overlaps send but is not the in-place block \
+         send + {rank} * recvcount"
+    )]
+    InPlaceMisplaced { rank: usize },
+    #[error("rank {a}'s {a_which} buffer overlaps rank {b}'s {b_which} buffer")]
+    Overlap {
+        a: usize,
+        a_which: &'static str,
+        b: usize,
+        b_which: &'static str,
+    },
+    #[error("rank {rank}: its stream belongs to device {found}, the rank is on device {expected}")]
+    StreamDevice {
+        rank: usize,
+        found: usize,
+        expected: usize,
+    },
+    #[error("ranks {a} and {b} share one stream on one device; each rank needs its own stream")]
+    SharedStream { a: usize, b: usize },
+    #[error(
+        "rank {rank}: the legacy default stream serialises with every other stream, which \
+         would deadlock ranks that share a device; use CudaContext::new_stream"
+    )]
+    DefaultStream { rank: usize },
+    #[error("the byte size of {k} ranks x {recvcount} elements x {size} B overflows 64 bits")]
+    Overflow { k: usize, recvcount: u64, size: u64 },
+    #[error(
+        "rank {rank} (ring position {ring_pos}) timed out after {waited_ms} ms at chunk {chunk}, \
+         step {step}, subchunk {sub}, waiting for {what} from rank {peer} (flag expected \
+         {expected}, saw {seen})"
+    )]
+    Timeout {
+        rank: usize,
+        ring_pos: usize,
+        chunk: u64,
+        step: u64,
+        sub: u64,
+        waiting_for: WaitKind,
+        what: &'static str,
+        peer: usize,
+        expected: u64,
+        seen: u64,
+        waited_ms: u64,
+    },
+    #[error("the collective was aborted (first seen by rank {rank} at chunk {chunk}, step {step})")]
+    Aborted { rank: usize, chunk: u64, step: u64 },
+    #[error("the communicator is broken by an earlier error ({0}); create a new one")]
+    Broken(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl From<cudarc::driver::DriverError> for Error {
+    fn from(e: cudarc::driver::DriverError) -> Self {
+        Error::Driver(e.to_string())
+    }
+}

@@ -1,0 +1,506 @@
+//! The GPU communicator: per-rank staging buffers, flags and slots in device
+//! memory, and one 257-thread block launched per rank per collective.
+
+use super::driver::{open_device, pointer_device, within_allocation, DeviceAlloc, MappedHost};
+use super::module::Kernels;
+use crate::config::CommConfig;
+use crate::element::RsElement;
+use crate::error::{Error, Result};
+use crate::planner::{plan_reduce_scatter, BufferSpan, Control, Plan, RankWiring};
+use crate::ring::RingOrder;
+use crate::status::first_error;
+use cudarc::driver::{result, sys, CudaContext, CudaStream, CudaView, CudaViewMut};
+use cudarc::driver::{DevicePtr, DevicePtrMut};
+use ringreduce_kernels::plan::{GPU_THREADS, NUM_SUBCHUNKS};
+use ringreduce_kernels::{DataType, KernelArgs, Op, StatusRecord};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+/// Kernels that can be resident on one device at once (compute capability
+/// 7.0 and newer).
+const MAX_RESIDENT_GRIDS: usize = 128;
+
+/// One rank's buffers for a GPU collective.
+pub enum RsBuffers<'a, T> {
+    /// `send` holds `k * n` elements, `recv` holds `n`.
+    OutOfPlace {
+        send: CudaView<'a, T>,
+        recv: CudaViewMut<'a, T>,
+    },
+    /// One buffer of `k * n` elements; the result lands in this rank's block
+    /// (`recv = send + rank * n`).
+    InPlace(CudaViewMut<'a, T>),
+}
+
+impl<'a, T> RsBuffers<'a, T> {
+    pub fn out_of_place(send: CudaView<'a, T>, recv: CudaViewMut<'a, T>) -> Self {
+        RsBuffers::OutOfPlace { send, recv }
+    }
+    pub fn in_place(buf: CudaViewMut<'a, T>) -> Self {
+        RsBuffers::InPlace(buf)
+    }
+}
+
+/// One rank's buffers as raw device addresses, lengths in elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawBuffers {
+    pub send: u64,
+    pub send_len: usize,
+    pub recv: u64,
+    pub recv_len: usize,
+}
+
+/// Offsets of the per-rank flag words inside one small allocation.
+const NEW_DATA: u64 = 0;
+const CHUNK_DONE: u64 = 8;
+const SLOT: u64 = 16;
+const FLAG_BYTES: usize = 256;
+
+struct Rank {
+    ctx: Arc<CudaContext>,
+    staging: DeviceAlloc,
+    flags: DeviceAlloc,
+    user_from_ring: DeviceAlloc,
+}
+
+struct Inner {
+    ring: RingOrder,
+    config: CommConfig,
+    ranks: Vec<Rank>,
+    kernels: Vec<Arc<Kernels>>,
+    /// Word 0: abort; then one status record per rank.
+    host: MappedHost,
+    broken: Mutex<Option<Error>>,
+    fault: Mutex<Option<(usize, u64, u64)>>,
+}
+
+/// A communicator over `k` ranks. With [`Communicator::new`], all ranks are
+/// virtual ranks on one GPU: each has its own staging buffer, flags and
+/// slot in that GPU's memory, and its own block.
+///
+/// Co-residency of the `k` blocks: every collective launches one block per
+/// rank, each on that rank's own stream, exactly as one block per GPU would
+/// be launched on several GPUs. The blocks must all run at once; the
+/// communicator checks at creation that `k` blocks of 257 threads fit on the
+/// device (occupancy times multiprocessors, and at most 128 resident
+/// kernels) and refuses streams that would serialise the launches (two
+/// ranks on one stream, or the legacy default stream). A cooperative launch
+/// of one k-block grid would guarantee residency too, but would need a
+/// different launch (and argument passing) from the multi-GPU path; keeping
+/// one launch per rank keeps the two paths one.
+pub struct Communicator {
+    inner: Arc<Inner>,
+}
+
+impl Communicator {
+    /// `k` virtual ranks on device `device`, default configuration.
+    pub fn new(device: usize, k: usize) -> Result<Self> {
+        Self::with_config(device, k, CommConfig::default())
+    }
+
+    pub fn with_config(device: usize, k: usize, config: CommConfig) -> Result<Self> {
+        if k == 0 {
+            return Err(Error::ZeroRanks);
+        }
+        let ring = RingOrder::for_ranks(config.ring_order.as_deref(), k)?;
+        crate::planner::sizing(k, 0, DataType::U8, config.buffer_bytes, GPU_THREADS)?;
+        let ctx = open_device(device)?;
+        let kernels = Arc::new(Kernels::load(&ctx)?);
+        check_residency(&ctx, &kernels, k)?;
+        let mut ranks = Vec::with_capacity(k);
+        let table: Vec<u8> = ring
+            .user_from_ring()
+            .iter()
+            .flat_map(|u| u.to_ne_bytes())
+            .collect();
+        for _ in 0..k {
+            let staging = DeviceAlloc::zeroed(&ctx, config.buffer_bytes as usize)?;
+            let flags = DeviceAlloc::zeroed(&ctx, FLAG_BYTES)?;
+            let ufr = DeviceAlloc::zeroed(&ctx, table.len())?;
+            // SAFETY: `ufr` holds exactly the table.
+            unsafe { result::memcpy_htod_sync(ufr.ptr, &table)? };
+            ranks.push(Rank {
+                ctx: ctx.clone(),
+                staging,
+                flags,
+                user_from_ring: ufr,
+            });
+        }
+        let host = MappedHost::zeroed(&ctx, 1 + k * StatusRecord::WORDS)?;
+        Ok(Communicator {
+            inner: Arc::new(Inner {
+                ring,
+                config,
+                ranks,
+                kernels: vec![kernels; k],
+                host,
+                broken: Mutex::new(None),
+                fault: Mutex::new(None),
+            }),
+        })
+    }
+
+    pub fn k(&self) -> usize {
+        self.inner.ring.len()
+    }
+
+    pub fn ring_order(&self) -> &RingOrder {
+        &self.inner.ring
+    }
+
+    pub fn config(&self) -> &CommConfig {
+        &self.inner.config
+    }
+
+    /// The context of user rank `rank`'s device.
+    pub fn context(&self, rank: usize) -> &Arc<CudaContext> {
+        &self.inner.ranks[rank].ctx
+    }
+
+    /// One new non-blocking stream per rank, on the rank's device.
+    pub fn new_streams(&self) -> Result<Vec<Arc<CudaStream>>> {
+        self.inner
+            .ranks
+            .iter()
+            .map(|r| Ok(r.ctx.new_stream()?))
+            .collect()
+    }
+
+    fn wiring(&self) -> Vec<RankWiring> {
+        let status0 = self.inner.host.device + 8;
+        self.inner
+            .ranks
+            .iter()
+            .enumerate()
+            .map(|(u, r)| RankWiring {
+                staging: r.staging.ptr,
+                new_data: r.flags.ptr + NEW_DATA,
+                chunk_done: r.flags.ptr + CHUNK_DONE,
+                slot: r.flags.ptr + SLOT,
+                user_from_ring: r.user_from_ring.ptr,
+                status: status0 + (u * StatusRecord::WORDS * 8) as u64,
+            })
+            .collect()
+    }
+
+    fn status_records(&self) -> Vec<StatusRecord> {
+        (0..self.k())
+            .map(|u| {
+                let w: [u64; StatusRecord::WORDS] = std::array::from_fn(|i| {
+                    self.inner
+                        .host
+                        .word(1 + u * StatusRecord::WORDS + i)
+                        .load(Ordering::Acquire)
+                });
+                StatusRecord {
+                    outcome: w[0],
+                    user_rank: w[1],
+                    ring_pos: w[2],
+                    chunk: w[3],
+                    step: w[4],
+                    sub: w[5],
+                    wait_kind: w[6],
+                    expected: w[7],
+                    seen: w[8],
+                    waited_ns: w[9],
+                }
+            })
+            .collect()
+    }
+
+    fn mark_broken(&self, e: &Error) {
+        let mut b = self.inner.broken.lock().unwrap_or_else(|e| e.into_inner());
+        if b.is_none() {
+            *b = Some(e.clone());
+        }
+    }
+
+    fn check_broken(&self) -> Result<()> {
+        if let Some(e) = self.inner.broken.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            return Err(Error::Broken(e.to_string()));
+        }
+        if let Some(e) = first_error(&self.status_records(), &self.inner.ring) {
+            self.mark_broken(&e);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Enqueues a reduce-scatter: `bufs[u]` and `streams[u]` are user rank
+    /// `u`'s. Returns once every rank's block is launched; results are ready
+    /// when the streams are. Buffers that are still being written by earlier
+    /// work on other streams are waited for (cudarc's event tracking).
+    pub fn reduce_scatter<T: RsElement>(
+        &self,
+        bufs: &mut [RsBuffers<'_, T>],
+        op: Op,
+        streams: &[Arc<CudaStream>],
+    ) -> Result<()> {
+        self.check_broken()?;
+        let k = self.k();
+        if bufs.len() != k {
+            return Err(Error::WrongBufferCount { got: bufs.len(), k });
+        }
+        self.check_streams(streams)?;
+        let sz = std::mem::size_of::<T>() as u64;
+        let mut spans = Vec::with_capacity(k);
+        let mut guards = Vec::with_capacity(2 * k);
+        for (u, (b, s)) in bufs.iter_mut().zip(streams).enumerate() {
+            match b {
+                RsBuffers::OutOfPlace { send, recv } => {
+                    let (send_len, recv_len) = (send.len() as u64, recv.len() as u64);
+                    let (sp, g1) = send.device_ptr(s);
+                    let (rp, g2) = recv.device_ptr_mut(s);
+                    guards.push(g1);
+                    guards.push(g2);
+                    spans.push(BufferSpan {
+                        send: sp,
+                        send_len,
+                        recv: rp,
+                        recv_len,
+                    });
+                }
+                RsBuffers::InPlace(buf) => {
+                    let len = buf.len() as u64;
+                    let n = len / k as u64;
+                    let (p, g) = buf.device_ptr_mut(s);
+                    guards.push(g);
+                    spans.push(BufferSpan {
+                        send: p,
+                        send_len: len,
+                        recv: p + u as u64 * n * sz,
+                        recv_len: n,
+                    });
+                }
+            }
+        }
+        self.check_devices(&spans, sz, false)?;
+        let r = self.enqueue(&spans, T::DTYPE, op, streams);
+        drop(guards);
+        r
+    }
+
+    /// [`reduce_scatter`](Self::reduce_scatter) over raw device addresses,
+    /// for buffers cudarc does not own. Every address is checked to lie in a
+    /// device allocation on the rank's device.
+    ///
+    /// # Safety
+    /// The caller must keep the memory alive, and not touch it from other
+    /// streams, until the collective has finished.
+    pub unsafe fn reduce_scatter_raw(
+        &self,
+        bufs: &[RawBuffers],
+        dtype: DataType,
+        op: Op,
+        streams: &[Arc<CudaStream>],
+    ) -> Result<()> {
+        self.check_broken()?;
+        let k = self.k();
+        if bufs.len() != k {
+            return Err(Error::WrongBufferCount { got: bufs.len(), k });
+        }
+        self.check_streams(streams)?;
+        let spans: Vec<BufferSpan> = bufs
+            .iter()
+            .map(|b| BufferSpan {
+                send: b.send,
+                send_len: b.send_len as u64,
+                recv: b.recv,
+                recv_len: b.recv_len as u64,
+            })
+            .collect();
+        self.check_devices(&spans, dtype.size(), true)?;
+        self.enqueue(&spans, dtype, op, streams)
+    }
+
+    fn check_streams(&self, streams: &[Arc<CudaStream>]) -> Result<()> {
+        let k = self.k();
+        if streams.len() != k {
+            return Err(Error::WrongStreamCount {
+                got: streams.len(),
+                k,
+            });
+        }
+        for (u, s) in streams.iter().enumerate() {
+            let expected = self.inner.ranks[u].ctx.ordinal();
+            let found = s.context().ordinal();
+            if found != expected {
+                return Err(Error::StreamDevice {
+                    rank: u,
+                    found,
+                    expected,
+                });
+            }
+            let shares_device = (0..k).any(|v| v != u && self.inner.ranks[v].ctx.ordinal() == expected);
+            if shares_device && s.cu_stream().is_null() {
+                return Err(Error::DefaultStream { rank: u });
+            }
+            for v in 0..u {
+                if streams[v].cu_stream() == s.cu_stream() && streams[v].context().ordinal() == found {
+                    return Err(Error::SharedStream { a: v, b: u });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_devices(&self, spans: &[BufferSpan], sz: u64, bounds: bool) -> Result<()> {
+        for (u, s) in spans.iter().enumerate() {
+            if s.recv_len == 0 {
+                continue;
+            }
+            let expected = self.inner.ranks[u].ctx.ordinal();
+            for (which, addr, len) in [("send", s.send, s.send_len), ("recv", s.recv, s.recv_len)] {
+                let found = pointer_device(addr);
+                if found != expected as i64 {
+                    return Err(Error::WrongDevice {
+                        rank: u,
+                        which,
+                        found,
+                        expected,
+                    });
+                }
+                let bytes = len.saturating_mul(sz);
+                if bounds && !within_allocation(addr, bytes) {
+                    return Err(Error::BufferOutOfBounds {
+                        rank: u,
+                        which,
+                        addr,
+                        bytes,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn control(&self) -> Control {
+        Control {
+            abort_flag: self.inner.host.device,
+            timeout_ns: self.inner.config.timeout_ns(),
+            fault: *self.inner.fault.lock().unwrap_or_else(|e| e.into_inner()),
+        }
+    }
+
+    fn enqueue(
+        &self,
+        spans: &[BufferSpan],
+        dtype: DataType,
+        op: Op,
+        streams: &[Arc<CudaStream>],
+    ) -> Result<()> {
+        let plan = plan_reduce_scatter(
+            &self.inner.ring,
+            &self.wiring(),
+            spans,
+            dtype,
+            self.inner.config.buffer_bytes,
+            GPU_THREADS,
+            self.control(),
+        )?;
+        match plan {
+            Plan::Nothing => Ok(()),
+            Plan::Copy { send, recv, bytes } => {
+                self.inner.ranks[0].ctx.bind_to_thread()?;
+                // SAFETY: validated addresses on this device.
+                unsafe {
+                    result::memcpy_dtod_async(recv, send, bytes as usize, streams[0].cu_stream())?
+                };
+                Ok(())
+            }
+            Plan::Launch { args, .. } => {
+                for (u, a) in args.iter().enumerate() {
+                    if let Err(e) = self.launch(u, a, dtype, op, &streams[u]) {
+                        // Ranks already launched cannot finish; they will
+                        // time out. Nothing later may run on this state.
+                        self.mark_broken(&e);
+                        return Err(e);
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn launch(&self, u: usize, a: &KernelArgs, dtype: DataType, op: Op, stream: &CudaStream) -> Result<()> {
+        let f = self.inner.kernels[u].get(dtype, op);
+        self.inner.ranks[u].ctx.bind_to_thread()?;
+        let mut args = *a;
+        let mut params = [&mut args as *mut KernelArgs as *mut std::ffi::c_void];
+        // SAFETY: the kernel takes one `KernelArgs` by value; the driver
+        // copies it at launch.
+        unsafe {
+            result::launch_kernel(
+                f.cu_function(),
+                (1, 1, 1),
+                (GPU_THREADS as u32 + 1, 1, 1),
+                0,
+                stream.cu_stream(),
+                &mut params,
+            )?
+        };
+        Ok(())
+    }
+
+    /// Waits for all work on the ranks' devices, then reports the first
+    /// error any rank recorded. After an error the communicator is broken.
+    pub fn synchronize(&self) -> Result<()> {
+        for (u, r) in self.inner.ranks.iter().enumerate() {
+            if u == 0 || r.ctx.ordinal() != self.inner.ranks[u - 1].ctx.ordinal() {
+                r.ctx.synchronize()?;
+            }
+        }
+        self.check_broken()
+    }
+
+    /// Makes every rank's kernel give up its waits and return; safe to call
+    /// from any thread while collectives run. They end with
+    /// [`Error::Aborted`], and the communicator is broken.
+    pub fn abort(&self) {
+        self.inner.host.word(0).store(1, Ordering::SeqCst);
+    }
+
+    /// Test hook: from (chunk, step) on, `rank` drops its "new data"
+    /// signals. Only effective with the `fault-injection` feature.
+    #[doc(hidden)]
+    pub fn inject_lost_signal(&self, rank: usize, chunk: u64, step: u64) {
+        *self.inner.fault.lock().unwrap_or_else(|e| e.into_inner()) = Some((rank, chunk, step));
+    }
+
+    /// Bytes of staging per slot, for reports.
+    pub fn staging_slots(&self) -> u64 {
+        self.k() as u64 * NUM_SUBCHUNKS
+    }
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        // Kernels may still use the buffers; wait before freeing them.
+        for r in &self.inner.ranks {
+            let _ = r.ctx.synchronize();
+        }
+    }
+}
+
+fn check_residency(ctx: &Arc<CudaContext>, kernels: &Kernels, k: usize) -> Result<()> {
+    let sms = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
+    let threads = GPU_THREADS as usize + 1;
+    let mut per_sm = usize::MAX;
+    for f in kernels.all() {
+        // SAFETY: valid function handle.
+        let n = unsafe {
+            result::occupancy::max_active_block_per_multiprocessor(f.cu_function(), threads as i32, 0)?
+        };
+        per_sm = per_sm.min(n.max(0) as usize);
+    }
+    let max = (per_sm * sms).min(MAX_RESIDENT_GRIDS);
+    if k > max {
+        return Err(Error::TooManyRanks {
+            k,
+            max,
+            device: ctx.ordinal(),
+            threads,
+        });
+    }
+    Ok(())
+}

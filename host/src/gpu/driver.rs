@@ -1,0 +1,150 @@
+//! Thin, checked wrappers over the few raw driver calls cudarc's safe API
+//! does not cover: raw allocations that peers can write, mapped pinned host
+//! memory, and pointer queries.
+
+use crate::error::{Error, Result};
+use cudarc::driver::{result, sys, CudaContext};
+use std::sync::Arc;
+
+/// Whether libcuda can be loaded at all.
+pub fn driver_available() -> bool {
+    // SAFETY: only tries to dlopen the library.
+    unsafe { sys::is_culib_present() }
+}
+
+/// Number of CUDA devices; [`Error::NoDriver`] without a driver.
+pub fn device_count() -> Result<usize> {
+    if !driver_available() {
+        return Err(Error::NoDriver);
+    }
+    result::init()?;
+    Ok(CudaContext::device_count()? as usize)
+}
+
+/// Opens device `device`'s primary context, with typed errors for a missing
+/// driver or device.
+pub fn open_device(device: usize) -> Result<Arc<CudaContext>> {
+    let count = device_count()?;
+    if device >= count {
+        return Err(Error::NoSuchDevice { device, count });
+    }
+    Ok(CudaContext::new(device)?)
+}
+
+/// Device memory from plain `cuMemAlloc`. Memory-pool allocations (what
+/// cudarc's `alloc` uses) ignore peer access, and peers write into staging
+/// buffers and flags.
+pub(crate) struct DeviceAlloc {
+    ctx: Arc<CudaContext>,
+    pub ptr: u64,
+}
+
+impl DeviceAlloc {
+    /// `bytes` of zeroed device memory on `ctx`'s device.
+    pub fn zeroed(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self> {
+        ctx.bind_to_thread()?;
+        // SAFETY: plain allocation, freed in Drop with the context bound.
+        let ptr = unsafe { result::malloc_sync(bytes.max(1))? };
+        let a = DeviceAlloc {
+            ctx: ctx.clone(),
+            ptr,
+        };
+        // SAFETY: `ptr` holds `bytes`.
+        unsafe { result::memset_d8_sync(ptr, 0, bytes.max(1))? };
+        Ok(a)
+    }
+}
+
+impl Drop for DeviceAlloc {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: allocated by `zeroed`; no kernel uses it once the owner
+        // (a communicator) is dropped after synchronising.
+        unsafe {
+            let _ = result::free_sync(self.ptr);
+        }
+    }
+}
+
+/// Pinned host memory mapped into the device's address space, for the abort
+/// word and the status records: the host writes and reads it while kernels
+/// run, without any copy.
+pub(crate) struct MappedHost {
+    ctx: Arc<CudaContext>,
+    pub host: *mut u64,
+    pub device: u64,
+    pub words: usize,
+}
+
+// SAFETY: the memory is only accessed through atomics on the host.
+unsafe impl Send for MappedHost {}
+unsafe impl Sync for MappedHost {}
+
+impl MappedHost {
+    pub fn zeroed(ctx: &Arc<CudaContext>, words: usize) -> Result<Self> {
+        ctx.bind_to_thread()?;
+        let bytes = words.max(1) * 8;
+        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+        // SAFETY: allocation of `bytes`, freed in Drop.
+        let host = unsafe { result::malloc_host(bytes, flags)? } as *mut u64;
+        let mut device: sys::CUdeviceptr = 0;
+        // SAFETY: `host` was just allocated with DEVICEMAP.
+        let r = unsafe {
+            sys::cuMemHostGetDevicePointer_v2(&mut device, host as *mut std::ffi::c_void, 0)
+        };
+        let m = MappedHost {
+            ctx: ctx.clone(),
+            host,
+            device,
+            words,
+        };
+        r.result()?;
+        // SAFETY: `bytes` of fresh memory.
+        unsafe { std::ptr::write_bytes(host as *mut u8, 0, bytes) };
+        Ok(m)
+    }
+
+    pub fn word(&self, i: usize) -> &std::sync::atomic::AtomicU64 {
+        assert!(i < self.words);
+        // SAFETY: in bounds, 8-byte aligned, lives as long as self.
+        unsafe { &*(self.host.add(i) as *const std::sync::atomic::AtomicU64) }
+    }
+}
+
+impl Drop for MappedHost {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: allocated in `zeroed`.
+        unsafe {
+            let _ = result::free_host(self.host as *mut std::ffi::c_void);
+        }
+    }
+}
+
+/// The device ordinal a pointer belongs to, or -1 if the driver does not
+/// know it (host memory, a bad pointer).
+pub(crate) fn pointer_device(ptr: u64) -> i64 {
+    let mut ordinal: std::ffi::c_int = -1;
+    // SAFETY: writes one int.
+    let r = unsafe {
+        sys::cuPointerGetAttribute(
+            &mut ordinal as *mut _ as *mut std::ffi::c_void,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            ptr,
+        )
+    };
+    if r == sys::CUresult::CUDA_SUCCESS {
+        ordinal as i64
+    } else {
+        -1
+    }
+}
+
+/// Whether `[ptr, ptr + bytes)` lies inside one device allocation.
+pub(crate) fn within_allocation(ptr: u64, bytes: u64) -> bool {
+    let mut base: sys::CUdeviceptr = 0;
+    let mut size: usize = 0;
+    // SAFETY: writes two values.
+    let r = unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr) };
+    r == sys::CUresult::CUDA_SUCCESS && ptr + bytes <= base + size as u64
+}

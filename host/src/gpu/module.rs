@@ -1,0 +1,75 @@
+//! Loading the embedded PTX, once per device.
+
+use crate::error::Result;
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
+use cudarc::nvrtc::Ptx;
+use ringreduce_kernels::{DataType, Op};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The PTX of every kernel, built by `build.rs` from `ringreduce-kernels`.
+pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels.ptx"));
+
+/// Entry name of the reduce-scatter kernel for (type, op).
+pub fn kernel_name(dtype: DataType, op: Op) -> String {
+    format!("ringreduce_rs_{}_{}", dtype.name(), op.name())
+}
+
+/// Names of the kernels the bench runner measures its ceilings with.
+pub const COPY_BLOCK_KERNEL: &str = "ringreduce_copy_block";
+pub const COPY_GRID_KERNEL: &str = "ringreduce_copy_grid";
+pub const PINGPONG_KERNEL: &str = "ringreduce_pingpong";
+
+/// Every kernel entry the PTX must contain.
+pub fn all_kernel_names() -> Vec<String> {
+    let mut v: Vec<String> = DataType::ALL
+        .iter()
+        .flat_map(|&d| Op::ALL.iter().map(move |&o| kernel_name(d, o)))
+        .collect();
+    v.extend([COPY_BLOCK_KERNEL, COPY_GRID_KERNEL, PINGPONG_KERNEL].map(String::from));
+    v
+}
+
+/// Loading JIT-compiles the whole PTX for the device, which takes a while,
+/// so each device's module is loaded once per process and shared.
+fn modules() -> &'static Mutex<HashMap<usize, Arc<CudaModule>>> {
+    static M: OnceLock<Mutex<HashMap<usize, Arc<CudaModule>>>> = OnceLock::new();
+    M.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+pub fn module_for(ctx: &Arc<CudaContext>) -> Result<Arc<CudaModule>> {
+    let mut m = modules().lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(module) = m.get(&ctx.ordinal()) {
+        return Ok(module.clone());
+    }
+    let module = ctx.load_module(Ptx::from_src(PTX))?;
+    m.insert(ctx.ordinal(), module.clone());
+    Ok(module)
+}
+
+/// The reduce-scatter kernels of one device, by (type, op).
+pub struct Kernels {
+    pub module: Arc<CudaModule>,
+    by_key: HashMap<(DataType, Op), CudaFunction>,
+}
+
+impl Kernels {
+    pub fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
+        let module = module_for(ctx)?;
+        let mut by_key = HashMap::new();
+        for &d in &DataType::ALL {
+            for &o in &Op::ALL {
+                by_key.insert((d, o), module.load_function(&kernel_name(d, o))?);
+            }
+        }
+        Ok(Kernels { module, by_key })
+    }
+
+    pub fn get(&self, dtype: DataType, op: Op) -> &CudaFunction {
+        &self.by_key[&(dtype, op)]
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &CudaFunction> {
+        self.by_key.values()
+    }
+}

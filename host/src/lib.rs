@@ -1,0 +1,45 @@
+//! # ringreduce
+//!
+//! Ring reduce-scatter for NVIDIA GPUs, in the style of NCCL 1.x, written
+//! entirely in Rust: the kernels are the `no_std` crate `ringreduce-kernels`
+//! compiled to PTX by rustc's `nvptx64-nvidia-cuda` target and embedded in
+//! this crate at build time.
+//!
+//! * [`Communicator`]: `k` ranks, today as virtual ranks on one GPU.
+//! * [`CpuCommunicator`]: the same kernel code on CPU threads, for machines
+//!   without a GPU and for tests.
+//!
+//! ## Semantics
+//! Each rank's `send` holds `k` blocks of `recvcount` elements and its
+//! `recv` holds `recvcount`. Afterwards `recv` of user rank `u` is `op` over
+//! all ranks `j` of block `u` of `send[j]`. In place is supported
+//! (`recv = send + u * recvcount`). The fold order is fixed by the ring, so
+//! float results are deterministic run to run and identical between the GPU
+//! and the CPU execution.
+//!
+//! ## Arithmetic
+//! Integers wrap. Floats round to nearest even after every operation. `f16`
+//! and `bf16` are reduced in their own precision like NCCL's
+//! `__hadd2`/`__hmul2`: each operation is computed in `f32` and rounded once,
+//! which is bit-identical to native half arithmetic. `Max`/`Min` ignore a
+//! NaN operand (like `fmaxf`) and order `-0 < +0`. `Avg` sums and divides
+//! once by `k` at the last step (integers truncate toward zero).
+
+pub mod config;
+pub mod cpu;
+pub mod element;
+pub mod error;
+pub mod gpu;
+pub mod planner;
+pub mod reference;
+pub mod ring;
+pub mod status;
+
+pub use config::CommConfig;
+pub use cpu::{CpuBuffers, CpuCommunicator, HostBuffer, HostView};
+pub use element::{DataType, RsElement};
+pub use error::{Error, Result};
+pub use gpu::{Communicator, RawBuffers, RsBuffers};
+pub use ring::RingOrder;
+pub use ringreduce_kernels as kernels;
+pub use ringreduce_kernels::{Op, WaitKind};

@@ -1,0 +1,169 @@
+//! The ring reduce-scatter, as one rank's block runs it.
+//!
+//! Per chunk, per step, per subchunk: the producers wait (thread 0 spins,
+//! the rest sit at the producer barrier), move one slice, and meet the
+//! signalling lane at the block barrier; the signaller then publishes the
+//! slice while the producers already wait for the next one. The block
+//! handled at each step comes from [`ring::block_for_step`], so the last
+//! step reduces the rank's own block into `recv`.
+//!
+//! Failure handling: a wait that gives up (abort or timeout) makes thread 0
+//! report the reason; the barriers OR-reduce a "failed" bit so that every
+//! lane learns it at the next barrier, skips all further data movement and
+//! signals, and still passes every barrier, so nothing deadlocks.
+
+use crate::args::{KernelArgs, WaitKind};
+use crate::device::Device;
+use crate::element::Element;
+use crate::op::ReduceOp;
+use crate::plan::{block_residue, Sizing};
+use crate::primitives::{signal, transfer, wait_until, WaitSite, COPY, FINAL, REDUCE};
+use crate::ring::block_for_step;
+use core::mem::size_of;
+
+/// Runs one rank's part of a reduce-scatter. Every lane of the block calls
+/// it with the same `args`.
+///
+/// # Safety
+/// `args` must come from the host planner: valid pointers, a sizing that
+/// fits the staging buffers, and peers running the same collective.
+#[inline(always)]
+pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
+    d: &D,
+    a: &KernelArgs,
+) {
+    let s = &a.sizing;
+    let k = a.k;
+    if s.n == 0 || k < 2 {
+        return;
+    }
+    let tid = d.thread_idx();
+    let ufr = core::slice::from_raw_parts(a.user_from_ring as *const u32, k as usize);
+    let sz = size_of::<T>() as u64;
+    let aligned = a.aligned != 0;
+    let k32 = k as u32;
+
+    // Handshake: the predecessor has finished its previous collective once
+    // it cleared its slot; announce ourselves there; wait for the successor
+    // to do the same with ours.
+    let mut failed = false;
+    if tid == 0 {
+        let site = |kind, expected| WaitSite { kind, chunk: 0, step: 0, sub: 0, expected };
+        failed = !wait_until(d, a, a.prev_slot, site(WaitKind::PrevSlotCleared, 0), |v| v == 0);
+        if !failed {
+            // Our own flag resets from the previous collective must be
+            // visible before anyone acts on the announcement.
+            signal(d, a.prev_slot, a.recv | 1);
+            failed =
+                !wait_until(d, a, a.this_slot, site(WaitKind::NextAnnounced, 1), |v| v != 0);
+        }
+    }
+    failed = d.block_barrier_or(failed);
+
+    for c in 0..s.num_chunks {
+        let slices = s.slices(c);
+        for step in 0..k {
+            let block = block_for_step(ufr, a.ring_pos, step);
+            let residue = if aligned {
+                block_residue(a.send_residue, block, s.n, sz)
+            } else {
+                0
+            };
+            let mut off = c * s.chunk_elems;
+            for (sub, &len) in slices.iter().enumerate() {
+                let sub = sub as u64;
+                if tid < THREADS {
+                    if tid == 0 && !failed {
+                        failed = !wait_for_slot(d, a, c, step, sub);
+                    }
+                    failed = d.producer_barrier_or(failed);
+                    if !failed {
+                        let slot = s.slot_offset(block, sub) + residue;
+                        let own = (a.send + (block * s.n + off) * sz) as *const T;
+                        let incoming = (a.this_buffer + slot) as *const T;
+                        if step == 0 {
+                            let dst = (a.next_buffer + slot) as *mut T;
+                            transfer::<T, O, THREADS, COPY>(tid, dst, incoming, own, len, aligned, k32);
+                        } else if step + 1 < k {
+                            let dst = (a.next_buffer + slot) as *mut T;
+                            transfer::<T, O, THREADS, REDUCE>(tid, dst, incoming, own, len, aligned, k32);
+                        } else {
+                            let dst = (a.recv + off * sz) as *mut T;
+                            transfer::<T, O, THREADS, FINAL>(tid, dst, incoming, own, len, aligned, k32);
+                        }
+                    }
+                }
+                failed = d.block_barrier_or(failed);
+                if tid == THREADS && !failed {
+                    if !drop_signal(a, c, step) {
+                        signal(d, a.next_new_data, Sizing::new_data_value(k, c, step, sub));
+                    }
+                    if step + 1 == k && c + 1 < s.num_chunks {
+                        signal(d, a.prev_chunk_done, Sizing::chunk_done_value(c, sub));
+                    }
+                }
+                off += len;
+            }
+        }
+    }
+
+    // The predecessor's last signal lands in our flag; only once it has can
+    // we reset the flags for the next collective and clear our slot.
+    if tid == 0 && !failed {
+        let last = s.final_new_data_value(k);
+        let site = WaitSite {
+            kind: WaitKind::FinalData,
+            chunk: s.num_chunks,
+            step: 0,
+            sub: 0,
+            expected: last,
+        };
+        if wait_until(d, a, a.this_new_data, site, |v| v >= last) {
+            d.store_volatile(a.this_new_data as *mut u64, 0);
+            d.store_volatile(a.this_chunk_done as *mut u64, 0);
+            signal(d, a.this_slot, 0);
+        }
+    }
+}
+
+/// Thread 0's wait before moving slice (c, step, sub): at step 0 for the
+/// successor to have drained the previous chunk from that slot, later for
+/// the predecessor's data of the step before.
+#[inline(always)]
+unsafe fn wait_for_slot<D: Device>(
+    d: &D,
+    a: &KernelArgs,
+    c: u64,
+    step: u64,
+    sub: u64,
+) -> bool {
+    if step == 0 {
+        if c == 0 {
+            return true;
+        }
+        let want = Sizing::chunk_done_value(c - 1, sub);
+        let site = WaitSite { kind: WaitKind::ChunkDone, chunk: c, step, sub, expected: want };
+        wait_until(d, a, a.this_chunk_done, site, |v| v >= want)
+    } else {
+        let want = Sizing::new_data_value(a.k, c, step - 1, sub);
+        let site = WaitSite { kind: WaitKind::NewData, chunk: c, step, sub, expected: want };
+        wait_until(d, a, a.this_new_data, site, |v| v >= want)
+    }
+}
+
+/// The fault-injection hook: from (chunk, step) on, this rank stops telling
+/// its successor about new data, as a rank whose signals are lost for good
+/// would. (A single lost increment of a monotonic counter is healed by the
+/// next one, so only a lasting loss can stall the ring.)
+#[inline(always)]
+fn drop_signal(a: &KernelArgs, c: u64, step: u64) -> bool {
+    #[cfg(feature = "fault-injection")]
+    {
+        a.fault_chunk != u64::MAX && (c, step) >= (a.fault_chunk, a.fault_step)
+    }
+    #[cfg(not(feature = "fault-injection"))]
+    {
+        let _ = (a, c, step);
+        false
+    }
+}

@@ -1,0 +1,126 @@
+//! The one module with inline PTX: thread index, barriers with a predicate
+//! reduction, volatile flag accesses, the system fence, the global timer and
+//! half-precision conversions.
+
+use crate::device::Device;
+use core::arch::asm;
+
+/// A GPU block running the kernel; `THREADS` producers plus one signaller.
+#[derive(Clone, Copy)]
+pub struct Gpu<const THREADS: u32>;
+
+unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
+    #[inline(always)]
+    fn thread_idx(&self) -> u64 {
+        let t: u32;
+        unsafe { asm!("mov.u32 {t}, %tid.x;", t = out(reg32) t, options(nomem, nostack, pure)) };
+        t as u64
+    }
+
+    /// `bar.red.or.pred` on barrier 1 with `THREADS` participants: a named
+    /// barrier the signalling warp does not join, which also tells every
+    /// producer whether any of them gave up.
+    #[inline(always)]
+    fn producer_barrier_or(&self, pred: bool) -> bool {
+        let out: u32;
+        unsafe {
+            asm!(
+                "{{",
+                ".reg .pred %pin, %pout;",
+                "setp.ne.u32 %pin, {p}, 0;",
+                "bar.red.or.pred %pout, 1, {n}, %pin;",
+                "selp.u32 {o}, 1, 0, %pout;",
+                "}}",
+                p = in(reg32) pred as u32,
+                n = in(reg32) THREADS,
+                o = out(reg32) out,
+                options(nostack)
+            )
+        };
+        out != 0
+    }
+
+    /// `bar.red.or.pred` on barrier 0 with the whole block.
+    #[inline(always)]
+    fn block_barrier_or(&self, pred: bool) -> bool {
+        let out: u32;
+        unsafe {
+            asm!(
+                "{{",
+                ".reg .pred %pin, %pout;",
+                "setp.ne.u32 %pin, {p}, 0;",
+                "bar.red.or.pred %pout, 0, %pin;",
+                "selp.u32 {o}, 1, 0, %pout;",
+                "}}",
+                p = in(reg32) pred as u32,
+                o = out(reg32) out,
+                options(nostack)
+            )
+        };
+        out != 0
+    }
+
+    #[inline(always)]
+    unsafe fn load_volatile(&self, p: *const u64) -> u64 {
+        let v: u64;
+        asm!("ld.volatile.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p, options(nostack));
+        v
+    }
+
+    #[inline(always)]
+    unsafe fn store_volatile(&self, p: *mut u64, v: u64) {
+        asm!("st.volatile.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack));
+    }
+
+    #[inline(always)]
+    fn fence_system(&self) {
+        unsafe { asm!("fence.acq_rel.sys;", options(nostack)) };
+    }
+
+    #[inline(always)]
+    fn now_ns(&self) -> u64 {
+        let t: u64;
+        unsafe { asm!("mov.u64 {t}, %globaltimer;", t = out(reg64) t, options(nomem, nostack)) };
+        t
+    }
+}
+
+#[inline(always)]
+pub fn f16_bits_to_f32(b: u16) -> f32 {
+    let x: f32;
+    unsafe {
+        asm!("cvt.f32.f16 {x}, {b};", x = out(reg32) x, b = in(reg16) b, options(pure, nomem, nostack))
+    };
+    x
+}
+
+#[inline(always)]
+pub fn f32_to_f16_bits(x: f32) -> u16 {
+    let b: u16;
+    unsafe {
+        asm!("cvt.rn.f16.f32 {b}, {x};", b = out(reg16) b, x = in(reg32) x, options(pure, nomem, nostack))
+    };
+    b
+}
+
+/// Stops the kernel; the driver reports a launch failure to the host.
+#[inline(always)]
+pub fn trap() -> ! {
+    unsafe { asm!("trap;", options(noreturn, nostack)) }
+}
+
+/// `%ctaid.x`, for the grid-wide bench copy.
+#[inline(always)]
+pub fn block_idx() -> u64 {
+    let t: u32;
+    unsafe { asm!("mov.u32 {t}, %ctaid.x;", t = out(reg32) t, options(nomem, nostack, pure)) };
+    t as u64
+}
+
+/// `%nctaid.x`.
+#[inline(always)]
+pub fn grid_dim() -> u64 {
+    let t: u32;
+    unsafe { asm!("mov.u32 {t}, %nctaid.x;", t = out(reg32) t, options(nomem, nostack, pure)) };
+    t as u64
+}

@@ -1,0 +1,37 @@
+//! What the ring algorithm needs from the machine it runs on.
+
+/// The few execution primitives the algorithm and its copy/reduce loops use.
+/// The GPU maps them to PTX ([`crate::arch::nvptx`]); the CPU execution maps
+/// them to OS threads, barriers and atomics.
+///
+/// # Safety
+/// Implementations must give the memory-order guarantees documented per
+/// method; the flag protocol is only correct with them.
+pub unsafe trait Device {
+    /// This lane's index in the block: `0..THREADS` are producers, `THREADS`
+    /// is the signalling thread.
+    fn thread_idx(&self) -> u64;
+    /// Barrier among the producer lanes only (the GPU's `bar 1, THREADS`),
+    /// returning the OR of every lane's `pred`. Orders memory among them.
+    fn producer_barrier_or(&self, pred: bool) -> bool;
+    /// Barrier among all lanes, signaller included (the GPU's `bar 0`),
+    /// returning the OR of every lane's `pred`. Orders memory among them.
+    fn block_barrier_or(&self, pred: bool) -> bool;
+    /// A load that always reaches memory another agent may write.
+    ///
+    /// # Safety
+    /// `p` must be valid and 8-byte aligned.
+    unsafe fn load_volatile(&self, p: *const u64) -> u64;
+    /// A store that always reaches memory another agent may read.
+    ///
+    /// # Safety
+    /// `p` must be valid and 8-byte aligned.
+    unsafe fn store_volatile(&self, p: *mut u64, v: u64);
+    /// A full fence at system scope (`fence.acq_rel.sys`): after a flag load
+    /// it acquires, before a flag store it releases.
+    fn fence_system(&self);
+    /// A monotonic clock in nanoseconds.
+    fn now_ns(&self) -> u64;
+    /// Called between polls of a flag.
+    fn spin_hint(&self) {}
+}

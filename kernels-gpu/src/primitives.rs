@@ -1,0 +1,265 @@
+//! The primitives the ring steps are made of: bounded waits, signals, and
+//! the unrolled copy/reduce loops.
+
+use crate::args::{KernelArgs, StatusRecord, WaitKind, WaitOutcome};
+use crate::device::Device;
+use crate::element::Element;
+use crate::op::ReduceOp;
+use crate::plan::{PACK_BYTES, UNROLL};
+use core::mem::size_of;
+
+/// Polls between two looks at the abort word and the clock. The abort word
+/// sits in host memory, so reading it costs a bus round trip; one look per
+/// few hundred polls keeps that off the fast path while still reacting to
+/// `abort()` within microseconds.
+pub const POLLS_PER_CHECK: u32 = 256;
+
+/// Where a wait happened, for the status record.
+#[derive(Clone, Copy, Debug)]
+pub struct WaitSite {
+    pub kind: WaitKind,
+    pub chunk: u64,
+    pub step: u64,
+    pub sub: u64,
+    pub expected: u64,
+}
+
+/// Spins until `ready(flag)` holds, then fences so that what the writer
+/// published before its flag store is visible. Gives up when the host sets
+/// the abort word or when `timeout_ns` passes without `ready`, writes the
+/// status record, and returns `false`.
+///
+/// # Safety
+/// `flag` must be a valid flag address; `args` must describe this rank.
+#[inline(never)]
+pub unsafe fn wait_until<D: Device, F: Fn(u64) -> bool>(
+    d: &D,
+    args: &KernelArgs,
+    flag: u64,
+    site: WaitSite,
+    ready: F,
+) -> bool {
+    let flag = flag as *const u64;
+    let mut polls: u32 = 0;
+    let mut start: u64 = 0;
+    loop {
+        let seen = d.load_volatile(flag);
+        if ready(seen) {
+            d.fence_system();
+            return true;
+        }
+        polls = polls.wrapping_add(1);
+        if polls % POLLS_PER_CHECK == 0 {
+            let now = d.now_ns();
+            if start == 0 {
+                start = now.max(1);
+            }
+            let waited = now.saturating_sub(start);
+            let aborted =
+                args.abort_flag != 0 && d.load_volatile(args.abort_flag as *const u64) != 0;
+            let timed_out = args.timeout_ns != 0 && waited > args.timeout_ns;
+            if aborted || timed_out {
+                let outcome = if aborted {
+                    WaitOutcome::Aborted
+                } else {
+                    WaitOutcome::TimedOut
+                };
+                report(d, args, outcome, site, seen, waited);
+                return false;
+            }
+        }
+        d.spin_hint();
+    }
+}
+
+/// Writes this rank's status record, outcome last, so that a host reading
+/// a nonzero outcome sees the whole record.
+unsafe fn report<D: Device>(
+    d: &D,
+    args: &KernelArgs,
+    outcome: WaitOutcome,
+    site: WaitSite,
+    seen: u64,
+    waited: u64,
+) {
+    if args.status == 0 {
+        return;
+    }
+    let rec = StatusRecord {
+        outcome: 0,
+        user_rank: args.user_rank,
+        ring_pos: args.ring_pos,
+        chunk: site.chunk,
+        step: site.step,
+        sub: site.sub,
+        wait_kind: site.kind as u64,
+        expected: site.expected,
+        seen,
+        waited_ns: waited,
+    };
+    let words = &rec as *const StatusRecord as *const u64;
+    let dst = args.status as *mut u64;
+    for i in 1..StatusRecord::WORDS {
+        d.store_volatile(dst.add(i), *words.add(i));
+    }
+    d.fence_system();
+    d.store_volatile(dst, outcome as u64);
+    d.fence_system();
+}
+
+/// Publishes `value` in a peer's flag: the fence releases every store the
+/// block made before the barrier that preceded this call.
+///
+/// # Safety
+/// `flag` must be a valid flag address.
+#[inline(always)]
+pub unsafe fn signal<D: Device>(d: &D, flag: u64, value: u64) {
+    d.fence_system();
+    d.store_volatile(flag as *mut u64, value);
+}
+
+/// What a transfer writes: the own input (step 0), the op of incoming and
+/// own (middle steps), or that finished (the last step).
+pub const COPY: u8 = 0;
+pub const REDUCE: u8 = 1;
+pub const FINAL: u8 = 2;
+
+#[inline(always)]
+fn combine<T: Element, O: ReduceOp, const MODE: u8>(incoming: T, own: T, k: u32) -> T {
+    match MODE {
+        COPY => own,
+        REDUCE => O::apply(incoming, own),
+        _ => O::finish(O::apply(incoming, own), k),
+    }
+}
+
+#[inline(always)]
+fn combine_pack<T: Element, O: ReduceOp, const MODE: u8>(
+    incoming: T::Pack,
+    own: T::Pack,
+    k: u32,
+) -> T::Pack {
+    if MODE == COPY {
+        return own;
+    }
+    let mut out = own;
+    for (o, i) in out.as_mut().iter_mut().zip(incoming.as_ref()) {
+        *o = combine::<T, O, MODE>(*i, *o, k);
+    }
+    out
+}
+
+/// Moves `n` elements: `dst[i] = combine(incoming[i], own[i])`, striped over
+/// `THREADS` producer lanes (`tid` is this lane). `incoming` is not read for
+/// [`COPY`].
+///
+/// When `aligned`, the three pointers share their address modulo
+/// [`PACK_BYTES`]: a short scalar head brings them to a pack boundary, the
+/// body moves 16-byte packs `UNROLL` at a time per lane (all loads of a round
+/// before any store, so many are in flight), and a scalar tail finishes.
+/// Otherwise every element goes through the scalar loop, still unrolled.
+///
+/// # Safety
+/// All three ranges must be valid for `n` elements; `dst` may equal `own`
+/// (in place) but must not otherwise overlap the sources.
+#[inline(always)]
+pub unsafe fn transfer<T: Element, O: ReduceOp, const THREADS: u64, const MODE: u8>(
+    tid: u64,
+    dst: *mut T,
+    incoming: *const T,
+    own: *const T,
+    n: u64,
+    aligned: bool,
+    k: u32,
+) {
+    let sz = size_of::<T>() as u64;
+    let head = if aligned {
+        let mis = (dst as u64) % PACK_BYTES;
+        if mis == 0 {
+            0
+        } else {
+            ((PACK_BYTES - mis) / sz).min(n)
+        }
+    } else {
+        n
+    };
+    scalar::<T, O, THREADS, MODE>(tid, dst, incoming, own, 0, head, k);
+    if head == n {
+        return;
+    }
+    let lanes = PACK_BYTES / sz;
+    let packs = (n - head) / lanes;
+    let pd = dst.add(head as usize) as *mut T::Pack;
+    let pi = incoming.add(head as usize) as *const T::Pack;
+    let po = own.add(head as usize) as *const T::Pack;
+    let round = UNROLL * THREADS;
+    let mut p = tid;
+    // A lane runs a full unrolled round while its last pack of the round
+    // exists; what is left goes one pack at a time below.
+    while p + (UNROLL - 1) * THREADS < packs {
+        let mut o: [T::Pack; UNROLL as usize] =
+            core::array::from_fn(|u| po.add((p + u as u64 * THREADS) as usize).read());
+        if MODE != COPY {
+            let i: [T::Pack; UNROLL as usize] =
+                core::array::from_fn(|u| pi.add((p + u as u64 * THREADS) as usize).read());
+            for u in 0..UNROLL as usize {
+                o[u] = combine_pack::<T, O, MODE>(i[u], o[u], k);
+            }
+        }
+        for (u, v) in o.iter().enumerate() {
+            pd.add((p + u as u64 * THREADS) as usize).write(*v);
+        }
+        p += round;
+    }
+    while p < packs {
+        let i = if MODE == COPY {
+            po.add(p as usize).read()
+        } else {
+            pi.add(p as usize).read()
+        };
+        let v = combine_pack::<T, O, MODE>(i, po.add(p as usize).read(), k);
+        pd.add(p as usize).write(v);
+        p += THREADS;
+    }
+    let done = head + packs * lanes;
+    scalar::<T, O, THREADS, MODE>(tid, dst, incoming, own, done, n, k);
+}
+
+/// Elements `from..to`, one per lane per iteration, `UNROLL` at a time.
+#[inline(always)]
+unsafe fn scalar<T: Element, O: ReduceOp, const THREADS: u64, const MODE: u8>(
+    tid: u64,
+    dst: *mut T,
+    incoming: *const T,
+    own: *const T,
+    from: u64,
+    to: u64,
+    k: u32,
+) {
+    let round = UNROLL * THREADS;
+    let mut e = from + tid;
+    while e + round - THREADS < to {
+        let o: [T; UNROLL as usize] =
+            core::array::from_fn(|u| own.add((e + u as u64 * THREADS) as usize).read());
+        let i: [T; UNROLL as usize] = if MODE == COPY {
+            o
+        } else {
+            core::array::from_fn(|u| incoming.add((e + u as u64 * THREADS) as usize).read())
+        };
+        for u in 0..UNROLL as usize {
+            dst.add((e + u as u64 * THREADS) as usize)
+                .write(combine::<T, O, MODE>(i[u], o[u], k));
+        }
+        e += round;
+    }
+    while e < to {
+        let i = if MODE == COPY {
+            own.add(e as usize).read()
+        } else {
+            incoming.add(e as usize).read()
+        };
+        dst.add(e as usize)
+            .write(combine::<T, O, MODE>(i, own.add(e as usize).read(), k));
+        e += THREADS;
+    }
+}

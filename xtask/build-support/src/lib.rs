@@ -1,0 +1,14 @@
+//! Build support for `ringreduce`: compiles `ringreduce-kernels` to PTX.
+//!
+//! rustc's `nvptx64-nvidia-cuda` target normally links with the
+//! `llvm-bitcode-linker` component, which cannot be installed everywhere we
+//! build. rustc lets us name any linker, so the host crate's build script
+//! names *itself*: when it is started with [`LINKER_ENV`] set, it runs
+//! [`link_main`] instead of building. That keeps the whole pipeline inside
+//! plain `cargo build`, with no tool to install and no step by hand.
+
+mod linker;
+mod nested;
+
+pub use linker::{link_main, parse_link_args, LinkArgs, LinkError};
+pub use nested::{build_ptx, shared_target_dir, PtxBuild, PtxBuildError, ARCH_ENV, DEFAULT_ARCH, LINKER_ENV};
