@@ -1,1 +1,25 @@
+//! The harness the integration tests share: deterministic inputs for every
+//! type, one `Backend` trait over the CPU execution and the GPU, and a case
+//! runner that compares against the sequential reference bit for bit.
 
+pub mod backend;
+pub mod cases;
+pub mod data;
+
+pub use backend::{Backend, CpuBackend, GpuBackend};
+pub use cases::{run_case, Case, Outcome};
+
+/// The GPU to test on, or `None` after printing why the GPU tests skip.
+pub fn gpu_or_skip(test: &str) -> Option<usize> {
+    match ringreduce::gpu::device_count() {
+        Ok(n) if n > 0 => Some(0),
+        Ok(_) => {
+            println!("{test}: skipped: the CUDA driver reports no device");
+            None
+        }
+        Err(e) => {
+            println!("{test}: skipped: {e}");
+            None
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! The embedded PTX holds every kernel and calls nothing it does not define.
+
+use ringreduce::gpu::module::{all_kernel_names, PTX};
+
+#[test]
+fn every_kernel_entry_is_present() {
+    let names = all_kernel_names();
+    assert_eq!(names.len(), 53);
+    for n in names {
+        let decl = format!(".entry {n}(");
+        assert!(PTX.contains(&decl), "missing kernel {n}");
+    }
+}
+
+#[test]
+fn no_unresolved_functions() {
+    let externs: Vec<&str> = PTX.lines().filter(|l| l.contains(".extern .func")).collect();
+    assert!(externs.is_empty(), "unresolved: {externs:?}");
+}
+
+#[test]
+fn targets_the_requested_architecture() {
+    let arch = std::env::var("RINGREDUCE_PTX_ARCH").unwrap_or_else(|_| "sm_70".into());
+    assert!(PTX.contains(&format!(".target {arch}")), "PTX is not for {arch}");
+}

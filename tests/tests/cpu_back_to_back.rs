@@ -1,0 +1,42 @@
+//! Many collectives queued on one CPU communicator with no synchronisation
+//! between them: the pointer handshake must keep them apart.
+
+use ringreduce::{CommConfig, DataType, Op};
+use ringreduce_tests::backend::{Backend, Pending, Spec};
+use ringreduce_tests::data::{inputs, Rng};
+use ringreduce_tests::{with_type, CpuBackend};
+
+#[test]
+fn two_hundred_back_to_back() {
+    let k = 4;
+    let cfg = CommConfig::default().ring_order(vec![2, 0, 3, 1]);
+    let b = CpuBackend::new(k, cfg).unwrap();
+    let mut rng = Rng(42);
+    let mut pending: Vec<Box<dyn Pending + '_>> = Vec::new();
+    let mut elements = 0;
+    for i in 0..200u64 {
+        let dtype = DataType::ALL[rng.below(10) as usize];
+        let op = Op::ALL[rng.below(5) as usize];
+        let n = match rng.below(4) {
+            0 => rng.below(16),
+            1 => rng.below(600),
+            2 => rng.below(5000),
+            _ => 20_000 + rng.below(20_000),
+        } as usize;
+        let in_place = rng.below(2) == 0;
+        let so: Vec<usize> = (0..k).map(|_| rng.below(4) as usize).collect();
+        let ro: Vec<usize> = (0..k).map(|_| rng.below(4) as usize).collect();
+        elements += k * n;
+        let p = with_type!(dtype, T => {
+            b.submit(Spec::<T> { inputs: inputs::<T>(i, k, k * n), n, op, in_place, send_off: so, recv_off: ro }, i).unwrap()
+        });
+        pending.push(p);
+    }
+    b.sync().unwrap();
+    let mut wrong = 0;
+    for p in pending {
+        wrong += p.wrong().unwrap();
+    }
+    assert_eq!(wrong, 0);
+    println!("200 back-to-back collectives, {elements} elements, 0 wrong");
+}
