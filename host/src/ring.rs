@@ -32,8 +32,9 @@ impl RingOrder {
         })
     }
 
-    /// Checks the order against the communicator's rank count.
-    pub(crate) fn for_ranks(order: Option<&[u32]>, k: usize) -> Result<Self> {
+    /// The order for a communicator of `k` ranks: `order`, checked, or the
+    /// identity when `None`.
+    pub fn for_ranks(order: Option<&[u32]>, k: usize) -> Result<Self> {
         match order {
             None => Ok(Self::identity(k)),
             Some(o) if o.len() != k => Err(Error::BadRingOrder { order: o.to_vec(), k }),

@@ -98,13 +98,23 @@ pub unsafe extern "ptx-kernel" fn ringreduce_pingpong(flags: u64, iters: u64) {
     let ping = flags as *mut u64;
     let pong = ping.add(1);
     let me = block_idx();
+    // Bounded like every other wait: give up after 10 s.
+    let deadline = g.now_ns().saturating_add(10_000_000_000);
     for i in 1..=iters {
         if me == 0 {
             g.fence_system();
             g.store_volatile(ping, i);
-            while g.load_volatile(pong) != i {}
+            while g.load_volatile(pong) != i {
+                if g.now_ns() > deadline {
+                    return;
+                }
+            }
         } else {
-            while g.load_volatile(ping) != i {}
+            while g.load_volatile(ping) != i {
+                if g.now_ns() > deadline {
+                    return;
+                }
+            }
             g.fence_system();
             g.store_volatile(pong, i);
         }

@@ -10,7 +10,7 @@ use crate::planner::{plan_reduce_scatter, BufferSpan, Control, Plan, RankWiring}
 use crate::ring::RingOrder;
 use crate::status::first_error;
 use cudarc::driver::{result, sys, CudaContext, CudaStream, CudaView, CudaViewMut};
-use cudarc::driver::{DevicePtr, DevicePtrMut};
+use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceSlice};
 use ringreduce_kernels::plan::{GPU_THREADS, NUM_SUBCHUNKS};
 use ringreduce_kernels::{DataType, KernelArgs, Op, StatusRecord};
 use std::sync::atomic::Ordering;
@@ -243,6 +243,31 @@ impl Communicator {
         }
         self.check_streams(streams)?;
         let sz = std::mem::size_of::<T>() as u64;
+        // Views know their device through their stream, with no driver
+        // call: cheaper than the pointer queries of the raw path.
+        for (u, b) in bufs.iter().enumerate() {
+            let expected = self.inner.ranks[u].ctx.ordinal();
+            let views: [(&'static str, usize); 2] = match b {
+                RsBuffers::OutOfPlace { send, recv } => [
+                    ("send", send.stream().context().ordinal()),
+                    ("recv", recv.stream().context().ordinal()),
+                ],
+                RsBuffers::InPlace(buf) => [
+                    ("send", buf.stream().context().ordinal()),
+                    ("recv", buf.stream().context().ordinal()),
+                ],
+            };
+            for (which, found) in views {
+                if found != expected {
+                    return Err(Error::WrongDevice {
+                        rank: u,
+                        which,
+                        found: found as i64,
+                        expected,
+                    });
+                }
+            }
+        }
         let mut spans = Vec::with_capacity(k);
         let mut guards = Vec::with_capacity(2 * k);
         for (u, (b, s)) in bufs.iter_mut().zip(streams).enumerate() {
@@ -274,7 +299,6 @@ impl Communicator {
                 }
             }
         }
-        self.check_devices(&spans, sz, false)?;
         let r = self.enqueue(&spans, T::DTYPE, op, streams);
         drop(guards);
         r
@@ -309,7 +333,7 @@ impl Communicator {
                 recv_len: b.recv_len as u64,
             })
             .collect();
-        self.check_devices(&spans, dtype.size(), true)?;
+        self.check_devices(&spans, dtype.size())?;
         self.enqueue(&spans, dtype, op, streams)
     }
 
@@ -344,7 +368,7 @@ impl Communicator {
         Ok(())
     }
 
-    fn check_devices(&self, spans: &[BufferSpan], sz: u64, bounds: bool) -> Result<()> {
+    fn check_devices(&self, spans: &[BufferSpan], sz: u64) -> Result<()> {
         for (u, s) in spans.iter().enumerate() {
             if s.recv_len == 0 {
                 continue;
@@ -361,7 +385,7 @@ impl Communicator {
                     });
                 }
                 let bytes = len.saturating_mul(sz);
-                if bounds && !within_allocation(addr, bytes) {
+                if !within_allocation(addr, bytes) {
                     return Err(Error::BufferOutOfBounds {
                         rank: u,
                         which,

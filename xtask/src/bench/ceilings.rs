@@ -1,0 +1,100 @@
+//! The ceilings a sweep is judged against, measured on the same device in
+//! the same process before it starts.
+
+use super::report::Ceilings;
+use cudarc::driver::{sys, CudaContext, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use ringreduce::gpu::module::{module_for, COPY_BLOCK_KERNEL, COPY_GRID_KERNEL, PINGPONG_KERNEL};
+use ringreduce::kernels::plan::GPU_THREADS;
+use std::sync::Arc;
+
+const TIMING: Option<sys::CUevent_flags> = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// Times `reps` runs of `f` with events, returning the median in µs.
+fn time_us(
+    stream: &Arc<CudaStream>,
+    reps: usize,
+    mut f: impl FnMut() -> ringreduce::Result<()>,
+) -> ringreduce::Result<f64> {
+    f()?; // warm-up
+    let mut t = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let a = stream.record_event(TIMING)?;
+        f()?;
+        let b = stream.record_event(TIMING)?;
+        b.synchronize()?;
+        t.push(a.elapsed_ms(&b)? as f64 * 1e3);
+    }
+    Ok(median(t))
+}
+
+/// Measures the device-wide copy, the single-block copy and the flag
+/// ping-pong. `copy_bytes` should be far larger than the L2 cache.
+pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> ringreduce::Result<Ceilings> {
+    let module = module_for(ctx)?;
+    let stream = ctx.new_stream()?;
+    let words = (copy_bytes / 8) as usize;
+    let src = stream.clone_htod(&(0..words as u64).map(|i| i.wrapping_mul(0x9e37_79b9)).collect::<Vec<_>>())?;
+    let mut dst = stream.alloc_zeros::<u64>(words)?;
+    let (sp, _g1) = src.device_ptr(&stream);
+    let (dp, _g2) = dst.device_ptr_mut(&stream);
+    let n = words as u64;
+    let threads = GPU_THREADS as u32 + 1;
+
+    let sms = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+    let grid = module.load_function(COPY_GRID_KERNEL)?;
+    let grid_cfg = LaunchConfig {
+        grid_dim: (sms * 8, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let t_grid = time_us(&stream, 10, || {
+        let mut b = stream.launch_builder(&grid);
+        b.arg(&dp).arg(&sp).arg(&n);
+        // SAFETY: two buffers of `n` u64s.
+        unsafe { b.launch(grid_cfg) }?;
+        Ok(())
+    })?;
+
+    let block = module.load_function(COPY_BLOCK_KERNEL)?;
+    let block_cfg = LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let t_block = time_us(&stream, 5, || {
+        let mut b = stream.launch_builder(&block);
+        b.arg(&dp).arg(&sp).arg(&n);
+        // SAFETY: as above.
+        unsafe { b.launch(block_cfg) }?;
+        Ok(())
+    })?;
+
+    let ping = module.load_function(PINGPONG_KERNEL)?;
+    let mut flags = stream.alloc_zeros::<u64>(32)?;
+    let iters: u64 = 10_000;
+    let ping_cfg = LaunchConfig {
+        grid_dim: (2, 1, 1),
+        block_dim: (32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let t_ping = time_us(&stream, 3, || {
+        stream.memset_zeros(&mut flags)?;
+        let (fp, _g) = flags.device_ptr(&stream);
+        let mut b = stream.launch_builder(&ping);
+        b.arg(&fp).arg(&iters);
+        // SAFETY: 32 zeroed words; both blocks fit on any device.
+        unsafe { b.launch(ping_cfg) }?;
+        Ok(())
+    })?;
+    Ok(Ceilings {
+        device_copy_gbps: copy_bytes as f64 / t_grid / 1e3,
+        block_copy_gbps: copy_bytes as f64 / t_block / 1e3,
+        pingpong_rtt_us: t_ping / iters as f64,
+        copy_bytes,
+    })
+}

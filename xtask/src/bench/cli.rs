@@ -1,0 +1,156 @@
+//! The bench's command line, mirroring nccl-tests where they overlap.
+
+use super::metrics::Collective;
+use super::sizes::parse_size;
+use clap::Parser;
+use ringreduce::{DataType, Op};
+use std::path::PathBuf;
+
+fn size_arg(s: &str) -> Result<u64, String> {
+    parse_size(s)
+}
+
+fn bool01(s: &str) -> Result<bool, String> {
+    match s {
+        "0" | "false" => Ok(false),
+        "1" | "true" => Ok(true),
+        _ => Err(format!("expected 0 or 1, got {s:?}")),
+    }
+}
+
+/// Benchmarks ringreduce's collectives in the nccl-tests format.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "ringreduce-bench", version, about)]
+pub struct BenchArgs {
+    /// Minimum size (per-rank input for reduce-scatter), with K/M/G suffix.
+    #[arg(short = 'b', long = "minbytes", default_value = "32M", value_parser = size_arg)]
+    pub min_bytes: u64,
+    /// Maximum size.
+    #[arg(short = 'e', long = "maxbytes", default_value = "32M", value_parser = size_arg)]
+    pub max_bytes: u64,
+    /// Multiplication factor between sizes.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
+    pub factor: u64,
+    /// Fixed increment between sizes (overrides -f).
+    #[arg(short = 'i', long = "stepbytes", value_parser = size_arg)]
+    pub increment: Option<u64>,
+    /// Number of ranks: virtual ranks on one GPU.
+    #[arg(short = 'g', long = "ngpus", default_value_t = 1)]
+    pub ranks: usize,
+    /// Data type (int8 uint8 int32 uint32 int64 uint64 half bfloat16 float
+    /// double), or all.
+    #[arg(short = 'd', long = "datatype", default_value = "float")]
+    pub dtype: String,
+    /// Reduction op (sum prod max min avg), or all.
+    #[arg(short = 'o', long = "op", default_value = "sum")]
+    pub op: String,
+    /// Timed iterations per size.
+    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    pub iters: usize,
+    /// Warm-up iterations per size.
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
+    pub warmup: usize,
+    /// Check results (0/1).
+    #[arg(short = 'c', long = "check", default_value = "1", value_parser = bool01)]
+    pub check: bool,
+    /// Blocking: synchronise after every collective (0/1).
+    #[arg(short = 'z', long = "blocking", default_value = "0", value_parser = bool01)]
+    pub blocking: bool,
+    /// Staging buffer per rank (default 2M).
+    #[arg(long = "buffsize", default_value = "2M", value_parser = size_arg)]
+    pub buffsize: u64,
+    /// Ring order: user ranks in ring order, comma separated.
+    #[arg(long = "ring-order", value_delimiter = ',')]
+    pub ring_order: Option<Vec<u32>>,
+    /// Force the CPU execution even when a GPU is present.
+    #[arg(long)]
+    pub cpu: bool,
+    /// The collective to run.
+    #[arg(long = "collective", value_enum, default_value = "reduce-scatter")]
+    pub collective: Collective,
+    /// Write every row, the ceilings and the setup as JSON.
+    #[arg(short = 'J', long = "json")]
+    pub json: Option<PathBuf>,
+    /// Write a PNG of busbw against size.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Also run the sweep through NCCL (needs one GPU per rank).
+    #[arg(long = "vs-nccl")]
+    pub vs_nccl: bool,
+}
+
+impl BenchArgs {
+    pub fn dtypes(&self) -> Result<Vec<DataType>, String> {
+        if self.dtype == "all" {
+            return Ok(DataType::ALL.to_vec());
+        }
+        self.dtype
+            .split(',')
+            .map(|s| {
+                DataType::ALL
+                    .iter()
+                    .copied()
+                    .find(|d| d.name() == s || alias(*d) == s)
+                    .ok_or_else(|| format!("unknown data type {s:?}"))
+            })
+            .collect()
+    }
+
+    pub fn ops(&self) -> Result<Vec<Op>, String> {
+        if self.op == "all" {
+            return Ok(Op::ALL.to_vec());
+        }
+        self.op
+            .split(',')
+            .map(|s| {
+                Op::ALL
+                    .iter()
+                    .copied()
+                    .find(|o| o.name() == s)
+                    .ok_or_else(|| format!("unknown op {s:?}"))
+            })
+            .collect()
+    }
+}
+
+/// Short Rust-style names accepted besides the nccl-tests ones.
+fn alias(d: DataType) -> &'static str {
+    match d {
+        DataType::I8 => "i8",
+        DataType::U8 => "u8",
+        DataType::I32 => "i32",
+        DataType::U32 => "u32",
+        DataType::I64 => "i64",
+        DataType::U64 => "u64",
+        DataType::F16 => "f16",
+        DataType::Bf16 => "bf16",
+        DataType::F32 => "f32",
+        DataType::F64 => "f64",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_nccl_tests_flags() {
+        let a = BenchArgs::try_parse_from([
+            "b", "-b", "8", "-e", "1G", "-f", "4", "-g", "4", "-d", "f32", "-o", "sum", "-n", "7",
+            "-w", "2", "-c", "0", "-z", "1", "--buffsize", "4M", "--ring-order", "1,2,0,3",
+        ])
+        .unwrap();
+        assert_eq!((a.min_bytes, a.max_bytes, a.factor, a.ranks), (8, 1 << 30, 4, 4));
+        assert_eq!(a.dtypes().unwrap(), vec![DataType::F32]);
+        assert_eq!(a.ops().unwrap(), vec![Op::Sum]);
+        assert_eq!((a.iters, a.warmup, a.check, a.blocking), (7, 2, false, true));
+        assert_eq!(a.buffsize, 4 << 20);
+        assert_eq!(a.ring_order, Some(vec![1, 2, 0, 3]));
+        let a = BenchArgs::try_parse_from(["b", "-d", "all", "-o", "all"]).unwrap();
+        assert_eq!(a.dtypes().unwrap().len(), 10);
+        assert_eq!(a.ops().unwrap().len(), 5);
+        let a = BenchArgs::try_parse_from(["b", "-d", "float16"]).unwrap();
+        assert!(a.dtypes().is_err());
+        assert!(BenchArgs::try_parse_from(["b", "-b", "12Q"]).is_err());
+    }
+}

@@ -1,0 +1,268 @@
+//! `--vs-nccl`: the same sweep through NCCL, in the same process.
+//!
+//! NCCL runs one rank per GPU, so it needs as many GPUs as ranks. cudarc
+//! looks for `libnccl.so`, while NCCL wheels ship only `libnccl.so.2`: when
+//! the library cannot be loaded, [`prepare_library`] finds the wheel's copy,
+//! links it as `libnccl.so` in a temporary directory and re-executes the
+//! bench with that directory on `LD_LIBRARY_PATH` (the loader reads the
+//! variable only at start-up).
+
+use super::cli::BenchArgs;
+use super::exact::FromSmall;
+use super::report::{Perf, Row};
+use super::run::{perf, with_elem, Point};
+use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
+use cudarc::nccl::{result as nresult, sys as nsys};
+use ringreduce::{DataType, Op, RsElement};
+use std::sync::Arc;
+
+const REEXEC_ENV: &str = "RINGREDUCE_BENCH_NCCL_REEXEC";
+
+/// Whether NCCL can run this sweep; the error is the note to print.
+pub fn availability(ranks: usize, devices: usize, gpu: bool) -> Result<(), String> {
+    if !gpu {
+        return Err("skipped: NCCL needs GPUs, and this run is the CPU execution".into());
+    }
+    if ranks < 2 || devices < ranks {
+        return Err(format!(
+            "skipped: NCCL needs one GPU per rank; -g {ranks} asks for {ranks} and this machine has {devices}"
+        ));
+    }
+    // SAFETY: only tries to load the library.
+    if !unsafe { cudarc::nccl::sys::is_culib_present() } {
+        return Err("skipped: libnccl.so could not be loaded (see the bench's docs for the symlink)".into());
+    }
+    Ok(())
+}
+
+/// Makes libnccl loadable, re-executing the process if needed. Returns only
+/// when nothing had to change (or nothing could be done).
+pub fn prepare_library() {
+    // SAFETY: only tries to load the library.
+    if unsafe { cudarc::nccl::sys::is_culib_present() } || std::env::var_os(REEXEC_ENV).is_some() {
+        return;
+    }
+    let Some(lib) = find_wheel_nccl() else { return };
+    let dir = std::env::temp_dir().join(format!("ringreduce-nccl-{}", std::process::id()));
+    if std::fs::create_dir_all(&dir).is_err() {
+        return;
+    }
+    let link = dir.join("libnccl.so");
+    let _ = std::fs::remove_file(&link);
+    #[cfg(unix)]
+    if std::os::unix::fs::symlink(&lib, &link).is_err() {
+        return;
+    }
+    let mut path = dir.display().to_string();
+    if let Ok(old) = std::env::var("LD_LIBRARY_PATH") {
+        path = format!("{path}:{old}");
+    }
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(_) => return,
+    };
+    let status = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .env("LD_LIBRARY_PATH", path)
+        .env(REEXEC_ENV, "1")
+        .status();
+    if let Ok(s) = status {
+        std::process::exit(s.code().unwrap_or(1));
+    }
+}
+
+/// `nvidia/nccl/lib/libnccl.so.2` from the Python wheels, where python3 is.
+fn find_wheel_nccl() -> Option<std::path::PathBuf> {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib', 'libnccl.so.2'))",
+        ])
+        .output()
+        .ok()?;
+    let p = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    p.exists().then_some(p)
+}
+
+fn nccl_op(op: Op) -> nsys::ncclRedOp_t {
+    match op {
+        Op::Sum => nsys::ncclRedOp_t::ncclSum,
+        Op::Prod => nsys::ncclRedOp_t::ncclProd,
+        Op::Max => nsys::ncclRedOp_t::ncclMax,
+        Op::Min => nsys::ncclRedOp_t::ncclMin,
+        Op::Avg => nsys::ncclRedOp_t::ncclAvg,
+    }
+}
+
+fn nccl_type(d: DataType) -> nsys::ncclDataType_t {
+    use nsys::ncclDataType_t as N;
+    match d {
+        DataType::I8 => N::ncclInt8,
+        DataType::U8 => N::ncclUint8,
+        DataType::I32 => N::ncclInt32,
+        DataType::U32 => N::ncclUint32,
+        DataType::I64 => N::ncclInt64,
+        DataType::U64 => N::ncclUint64,
+        DataType::F16 => N::ncclFloat16,
+        DataType::Bf16 => N::ncclBfloat16,
+        DataType::F32 => N::ncclFloat32,
+        DataType::F64 => N::ncclFloat64,
+    }
+}
+
+/// NCCL communicators, one per device, destroyed on drop.
+struct Comms(Vec<nsys::ncclComm_t>);
+
+impl Drop for Comms {
+    fn drop(&mut self) {
+        for &c in &self.0 {
+            // SAFETY: created by ncclCommInitAll, destroyed once.
+            unsafe {
+                let _ = nresult::comm_destroy(c);
+            }
+        }
+    }
+}
+
+pub fn sweep(args: &BenchArgs, pts: &[Point], ceiling: Option<f64>) -> Result<Vec<Row>, String> {
+    // NVLink multicast stays off on shared machines.
+    std::env::set_var("NCCL_NVLS_ENABLE", "0");
+    let k = args.ranks;
+    let ctxs: Vec<Arc<CudaContext>> = (0..k)
+        .map(CudaContext::new)
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    for c in &ctxs {
+        // SAFETY: this sweep synchronises its own streams.
+        unsafe { c.disable_event_tracking() };
+    }
+    let streams: Vec<Arc<CudaStream>> = ctxs
+        .iter()
+        .map(|c| c.new_stream())
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let mut raw = vec![std::ptr::null_mut(); k];
+    let devs: Vec<std::ffi::c_int> = (0..k as std::ffi::c_int).collect();
+    // SAFETY: `raw` has room for k communicators.
+    unsafe { nresult::comm_init_all(raw.as_mut_ptr(), k as _, devs.as_ptr()) }
+        .map_err(|e| format!("ncclCommInitAll: {e:?}"))?;
+    let comms = Comms(raw);
+    let mut rows = Vec::new();
+    for p in pts {
+        let r = with_elem!(p.dtype, T => point::<T>(args, &comms, &streams, p, ceiling));
+        rows.push(r?);
+    }
+    Ok(rows)
+}
+
+fn point<T: RsElement + FromSmall>(
+    args: &BenchArgs,
+    comms: &Comms,
+    streams: &[Arc<CudaStream>],
+    p: &Point,
+    ceiling: Option<f64>,
+) -> Result<Row, String> {
+    let k = streams.len();
+    let n = p.count as usize;
+    let sz = std::mem::size_of::<T>() as u64;
+    let e = |e: cudarc::driver::DriverError| e.to_string();
+    let mut send: Vec<CudaSlice<T>> = Vec::new();
+    let mut recv: Vec<CudaSlice<T>> = Vec::new();
+    for (u, s) in streams.iter().enumerate() {
+        send.push(s.clone_htod(&super::exact::fill::<T>(p.op, k, u, (n * k).max(1), 7)).map_err(e)?);
+        recv.push(s.alloc_zeros::<T>(n.max(1)).map_err(e)?);
+    }
+    let sp: Vec<u64> = send.iter().zip(streams).map(|(b, s)| b.device_ptr(s).0).collect();
+    let rp: Vec<u64> = recv.iter().zip(streams).map(|(b, s)| b.device_ptr(s).0).collect();
+    let op = nccl_op(p.op);
+    let dt = nccl_type(p.dtype);
+    let mut out = [None, None];
+    for (pi, in_place) in [false, true].into_iter().enumerate() {
+        if n == 0 {
+            out[pi] = Some(perf(args.collective, k, p, 0.0, None, ceiling));
+            continue;
+        }
+        let once = || -> Result<(), String> {
+            nresult::group_start().map_err(|e| format!("{e:?}"))?;
+            for u in 0..k {
+                // NCCL's in-place layout: recv = send + rank * recvcount.
+                let dst = if in_place { sp[u] + u as u64 * n as u64 * sz } else { rp[u] };
+                // SAFETY: device buffers of k*n and n elements on rank u's device.
+                unsafe {
+                    nresult::reduce_scatter(
+                        sp[u] as *const _,
+                        dst as *mut _,
+                        n,
+                        dt,
+                        op,
+                        comms.0[u],
+                        streams[u].cu_stream() as _,
+                    )
+                }
+                .map_err(|e| format!("ncclReduceScatter: {e:?}"))?;
+            }
+            nresult::group_end().map_err(|e| format!("{e:?}"))?;
+            Ok(())
+        };
+        for _ in 0..args.warmup {
+            once()?;
+        }
+        for s in streams {
+            s.synchronize().map_err(e)?;
+        }
+        let t = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let starts: Vec<_> = streams.iter().map(|s| s.record_event(t)).collect::<Result<_, _>>().map_err(e)?;
+        for _ in 0..args.iters {
+            once()?;
+            if args.blocking {
+                for s in streams {
+                    s.synchronize().map_err(e)?;
+                }
+            }
+        }
+        let stops: Vec<_> = streams.iter().map(|s| s.record_event(t)).collect::<Result<_, _>>().map_err(e)?;
+        let mut worst = 0.0f64;
+        for (a, b) in starts.iter().zip(&stops) {
+            b.synchronize().map_err(e)?;
+            worst = worst.max(a.elapsed_ms(b).map_err(e)? as f64 * 1e3);
+        }
+        out[pi] = Some(perf(args.collective, k, p, worst / args.iters.max(1) as f64, None, ceiling));
+    }
+    let [oop, ip] = out;
+    Ok(Row {
+        size: p.size,
+        count: p.count,
+        dtype: p.dtype.name().into(),
+        op: p.op.name().into(),
+        root: -1,
+        out_of_place: oop.unwrap_or_else(zero),
+        in_place: ip.unwrap_or_else(zero),
+    })
+}
+
+fn zero() -> Perf {
+    Perf {
+        time_us: 0.0,
+        algbw: 0.0,
+        busbw: 0.0,
+        wrong: None,
+        busbw_vs_ceiling: None,
+    }
+}
+
+/// Our busbw over NCCL's, row by row.
+pub fn ratio_table(ours: &[Row], nccl: &[Row]) -> String {
+    let mut s = String::from("# ringreduce / NCCL busbw (out-of-place, in-place):\n");
+    for (a, b) in ours.iter().zip(nccl) {
+        let r = |x: f64, y: f64| if y > 0.0 { format!("{:6.3}", x / y) } else { format!("{:>6}", "-") };
+        s.push_str(&format!(
+            "#{:>11}  {:>8}  {:>6}  {}  {}\n",
+            a.size,
+            a.dtype,
+            a.op,
+            r(a.out_of_place.busbw, b.out_of_place.busbw),
+            r(a.in_place.busbw, b.in_place.busbw)
+        ));
+    }
+    s
+}

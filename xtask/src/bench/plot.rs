@@ -1,0 +1,113 @@
+//! `--plot`: busbw against size, log-x, one line per configuration, with
+//! the ceilings as horizontal lines. The font is embedded (DejaVu Sans via
+//! plotters' ab_glyph backend), so no system fonts are needed.
+
+use super::report::Report;
+use plotters::prelude::*;
+use plotters::style::{register_font, FontStyle};
+use std::path::Path;
+
+fn ensure_font() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular());
+    });
+}
+
+pub fn draw(r: &Report, path: &Path) -> Result<(), String> {
+    ensure_font();
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let rows: Vec<_> = r.rows.iter().filter(|x| x.size > 0).collect();
+    let min = rows.iter().map(|x| x.size).min().unwrap_or(1).max(1) as f64;
+    let max = rows.iter().map(|x| x.size).max().unwrap_or(2).max(2) as f64;
+    let mut ymax = rows
+        .iter()
+        .chain(r.nccl_rows.iter().collect::<Vec<_>>().iter())
+        .map(|x| x.out_of_place.busbw.max(x.in_place.busbw))
+        .fold(0.0f64, f64::max);
+    if let Some(c) = &r.ceilings {
+        ymax = ymax.max(c.block_copy_gbps);
+    }
+    let ymax = (ymax * 1.15).max(1e-3);
+    let root = BitMapBackend::new(path, (1200, 750)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let title = format!(
+        "ringreduce {} - {} ranks - {} ({})",
+        r.collective, r.ranks, r.device, r.execution
+    );
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 24))
+        .margin(15)
+        .x_label_area_size(50)
+        .y_label_area_size(70)
+        .build_cartesian_2d((min..max * 1.5).log_scale(), 0.0..ymax)
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .x_desc("size per rank (bytes)")
+        .y_desc("busbw (GB/s)")
+        .x_label_formatter(&|v| human(*v))
+        .draw()
+        .map_err(|x| e(&x))?;
+    let mut keys: Vec<(String, String)> = rows.iter().map(|x| (x.dtype.clone(), x.op.clone())).collect();
+    keys.dedup();
+    let mut color = 0usize;
+    for (label, set) in [("ringreduce", &r.rows), ("NCCL", &r.nccl_rows)] {
+        for (d, o) in &keys {
+            for (place, ip) in [("oop", false), ("ip", true)] {
+                let pts: Vec<(f64, f64)> = set
+                    .iter()
+                    .filter(|x| &x.dtype == d && &x.op == o && x.size > 0)
+                    .map(|x| (x.size as f64, if ip { x.in_place.busbw } else { x.out_of_place.busbw }))
+                    .collect();
+                if pts.is_empty() {
+                    continue;
+                }
+                let c = Palette99::pick(color).to_rgba();
+                color += 1;
+                chart
+                    .draw_series(LineSeries::new(pts, c.stroke_width(2)))
+                    .map_err(|x| e(&x))?
+                    .label(format!("{label} {d} {o} {place}"))
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+            }
+        }
+    }
+    if let Some(c) = &r.ceilings {
+        for (name, v, col) in [
+            ("single-block copy", c.block_copy_gbps, RED),
+            ("device copy", c.device_copy_gbps, BLACK),
+        ] {
+            if v <= ymax {
+                chart
+                    .draw_series(LineSeries::new(vec![(min, v), (max * 1.5, v)], col.stroke_width(1)))
+                    .map_err(|x| e(&x))?
+                    .label(format!("{name}: {v:.1} GB/s"))
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col));
+            }
+        }
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font(("sans-serif", 14))
+        .draw()
+        .map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))?;
+    Ok(())
+}
+
+fn human(v: f64) -> String {
+    let v = v as u64;
+    if v >= 1 << 30 {
+        format!("{}G", v >> 30)
+    } else if v >= 1 << 20 {
+        format!("{}M", v >> 20)
+    } else if v >= 1 << 10 {
+        format!("{}K", v >> 10)
+    } else {
+        format!("{v}")
+    }
+}

@@ -1,0 +1,120 @@
+//! What a bench run measured, as written to JSON (`-J`).
+
+use serde::{Deserialize, Serialize};
+
+/// Bumped when a field changes meaning or goes away.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// One placement's figures in a row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Perf {
+    /// Average time per collective, µs.
+    pub time_us: f64,
+    /// GB/s (10^9 bytes).
+    pub algbw: f64,
+    pub busbw: f64,
+    /// Wrong elements; `None` when not checked.
+    pub wrong: Option<u64>,
+    /// busbw over the ceiling the row is judged against (single-block copy
+    /// bandwidth for ringreduce, device copy bandwidth for NCCL).
+    pub busbw_vs_ceiling: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    /// Per-rank input in bytes.
+    pub size: u64,
+    /// recvcount.
+    pub count: u64,
+    pub dtype: String,
+    pub op: String,
+    pub root: i32,
+    pub out_of_place: Perf,
+    pub in_place: Perf,
+}
+
+/// Ceilings, measured in the same process before the sweep. Copy bandwidths
+/// count the bytes copied once (read and write traffic is twice that).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ceilings {
+    /// Every multiprocessor copying: the device's copy bandwidth, GB/s.
+    pub device_copy_gbps: f64,
+    /// One block of 257 threads with the reduce-scatter's copy loop: the
+    /// ceiling of one-block mode, GB/s.
+    pub block_copy_gbps: f64,
+    /// Round trip of one flag signal between two blocks, µs.
+    pub pingpong_rtt_us: f64,
+    /// Bytes used for the copy measurements.
+    pub copy_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub schema: u32,
+    pub tool: String,
+    pub version: String,
+    pub command_line: Vec<String>,
+    /// UTC, `YYYY-MM-DDTHH:MM:SSZ`.
+    pub date: String,
+    /// `gpu` or `cpu` (the CPU execution: not GPU figures).
+    pub execution: String,
+    pub device: String,
+    pub driver_version: String,
+    pub collective: String,
+    pub ranks: usize,
+    pub iters: usize,
+    pub warmup: usize,
+    pub blocking: bool,
+    pub buffsize: u64,
+    pub ring_order: Vec<u32>,
+    pub ceilings: Option<Ceilings>,
+    pub rows: Vec<Row>,
+    /// The same sweep through NCCL, when it ran.
+    pub nccl_rows: Vec<Row>,
+    pub nccl_note: Option<String>,
+    pub out_of_bounds: u64,
+    pub avg_busbw: f64,
+}
+
+/// Seconds since the epoch as an ISO-8601 UTC timestamp.
+pub fn iso_utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Days to civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+pub fn now_iso() -> String {
+    let s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    iso_utc(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates() {
+        assert_eq!(iso_utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(iso_utc(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(iso_utc(1_796_212_800), "2026-12-02T12:00:00Z");
+    }
+}

@@ -1,0 +1,183 @@
+//! The nccl-tests table: the same columns, widths and definitions, so our
+//! output pastes beside theirs and reads the same way.
+
+use super::report::{Ceilings, Perf, Report, Row};
+use std::fmt::Write;
+
+/// nccl-tests' time format: fewer decimals as the time grows.
+pub fn fmt_time(us: f64) -> String {
+    if us >= 10_000.0 {
+        format!("{us:7.0}")
+    } else if us >= 100.0 {
+        format!("{us:7.1}")
+    } else {
+        format!("{us:7.2}")
+    }
+}
+
+fn fmt_perf(p: &Perf) -> String {
+    let wrong = match p.wrong {
+        Some(w) => format!("{w:>6}"),
+        None => format!("{:>6}", "N/A"),
+    };
+    format!(
+        "  {}  {:6.2}  {:6.2}  {}",
+        fmt_time(p.time_us),
+        p.algbw,
+        p.busbw,
+        wrong
+    )
+}
+
+fn fmt_ratio(p: &Perf) -> String {
+    match p.busbw_vs_ceiling {
+        Some(r) => format!("{r:6.3}"),
+        None => format!("{:>6}", "-"),
+    }
+}
+
+/// The column header; `ceiling` names the ratio columns appended after
+/// nccl-tests' own.
+pub fn header(ceiling: &str) -> String {
+    let mut s = String::new();
+    writeln!(s, "#{:>62}{:>35}{:>20}", "out-of-place", "in-place", "busbw / ceiling").unwrap();
+    writeln!(
+        s,
+        "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>6}  {:>6}",
+        "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+        "busbw", "#wrong", "oop", "ip"
+    )
+    .unwrap();
+    writeln!(
+        s,
+        "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>13}",
+        "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", ceiling
+    )
+    .unwrap();
+    s
+}
+
+pub fn row(r: &Row) -> String {
+    format!(
+        "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}{}{}  {}  {}",
+        r.size,
+        r.count,
+        r.dtype,
+        r.op,
+        r.root,
+        fmt_perf(&r.out_of_place),
+        fmt_perf(&r.in_place),
+        fmt_ratio(&r.out_of_place),
+        fmt_ratio(&r.in_place)
+    )
+}
+
+pub fn ceilings(c: &Ceilings) -> String {
+    format!(
+        "# Ceilings (same process, before the sweep; copy GB/s count bytes copied once):\n\
+         #   device-wide copy     : {:9.2} GB/s\n\
+         #   single-block copy    : {:9.2} GB/s  (one block of 257 threads: the one-block ceiling)\n\
+         #   flag ping-pong (RTT) : {:9.2} us\n",
+        c.device_copy_gbps, c.block_copy_gbps, c.pingpong_rtt_us
+    )
+}
+
+/// Rows' average busbw over both placements, as nccl-tests averages.
+pub fn avg_busbw(rows: &[Row]) -> f64 {
+    if rows.is_empty() {
+        return 0.0;
+    }
+    let sum: f64 = rows
+        .iter()
+        .map(|r| r.out_of_place.busbw + r.in_place.busbw)
+        .sum();
+    sum / (2 * rows.len()) as f64
+}
+
+pub fn wrong_total(rows: &[Row]) -> u64 {
+    rows.iter()
+        .map(|r| r.out_of_place.wrong.unwrap_or(0) + r.in_place.wrong.unwrap_or(0))
+        .sum()
+}
+
+pub fn footer(rows: &[Row]) -> String {
+    let w = wrong_total(rows);
+    format!(
+        "# Out of bounds values : {} {}\n# Avg bus bandwidth    : {:.4} \n#\n",
+        w,
+        if w == 0 { "OK" } else { "FAILED" },
+        avg_busbw(rows)
+    )
+}
+
+/// The header lines before the columns: setup and device.
+pub fn preamble(r: &Report) -> String {
+    let mut s = String::new();
+    writeln!(
+        s,
+        "# ringreduce {} {}: nRanks {} iters {} warmup {} blocking {} buffsize {} ring {:?}",
+        r.version, r.collective, r.ranks, r.iters, r.warmup, r.blocking as u8, r.buffsize, r.ring_order
+    )
+    .unwrap();
+    writeln!(s, "# Command: {}", r.command_line.join(" ")).unwrap();
+    writeln!(s, "# Device: {} (driver {}), execution: {}", r.device, r.driver_version, r.execution).unwrap();
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn perf(t: f64, a: f64, b: f64, w: u64, r: f64) -> Perf {
+        Perf {
+            time_us: t,
+            algbw: a,
+            busbw: b,
+            wrong: Some(w),
+            busbw_vs_ceiling: Some(r),
+        }
+    }
+
+    /// A golden rendering: column positions must match nccl-tests'
+    /// (`%12li  %12li  %8s  %6s  %6i` then `  %7s  %6.2f  %6.2f  %6s` twice).
+    #[test]
+    fn golden_rows_and_footer() {
+        let rows = vec![
+            Row {
+                size: 8,
+                count: 0,
+                dtype: "float".into(),
+                op: "sum".into(),
+                root: -1,
+                out_of_place: perf(0.12, 0.0, 0.0, 0, 0.0),
+                in_place: perf(0.11, 0.0, 0.0, 0, 0.0),
+            },
+            Row {
+                size: 268435456,
+                count: 16777216,
+                dtype: "float".into(),
+                op: "sum".into(),
+                root: -1,
+                out_of_place: perf(2345.678, 114.44, 85.83, 0, 0.7153),
+                in_place: perf(12345.6, 21.74, 16.31, 3, 0.1359),
+            },
+        ];
+        let got: Vec<String> = rows.iter().map(row).collect();
+        assert_eq!(
+            got[0],
+            "           8             0     float     sum      -1     0.12    0.00    0.00       0     0.11    0.00    0.00       0   0.000   0.000"
+        );
+        assert_eq!(
+            got[1],
+            "   268435456      16777216     float     sum      -1   2345.7  114.44   85.83       0    12346   21.74   16.31       3   0.715   0.136"
+        );
+        assert_eq!(
+            footer(&rows),
+            "# Out of bounds values : 3 FAILED\n# Avg bus bandwidth    : 25.5350 \n#\n"
+        );
+        // The header's unit line lines up with the row columns.
+        let h = header("1-block copy");
+        let units = h.lines().nth(2).unwrap();
+        assert_eq!(units.find("(us)").unwrap() + 4, got[1].find("2345.7").unwrap() + 7);
+    }
+}

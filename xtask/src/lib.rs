@@ -1,0 +1,3 @@
+//! Build helpers and the bench runner of ringreduce.
+
+pub mod bench;
