@@ -17,7 +17,7 @@ use crate::device::Device;
 use crate::element::Element;
 use crate::op::ReduceOp;
 use crate::plan::{block_residue, Sizing};
-use crate::primitives::{signal, transfer, wait_until, WaitSite, COPY, FINAL, REDUCE};
+use crate::primitives::{signal, transfer, wait_until, WaitCtx, WaitSite, COPY, FINAL, REDUCE};
 use crate::ring::block_for_step;
 use core::mem::size_of;
 
@@ -49,13 +49,13 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
     let mut failed = false;
     if tid == 0 {
         let site = |kind, expected| WaitSite { kind, chunk: 0, step: 0, sub: 0, expected };
-        failed = !wait_until(d, a, a.prev_slot, site(WaitKind::PrevSlotCleared, 0), |v| v == 0);
+        failed = !wait_until(d, WaitCtx::of(a), a.prev_slot, site(WaitKind::PrevSlotCleared, 0), |v| v == 0);
         if !failed {
             // Our own flag resets from the previous collective must be
             // visible before anyone acts on the announcement.
             signal(d, a.prev_slot, a.recv | 1);
             failed =
-                !wait_until(d, a, a.this_slot, site(WaitKind::NextAnnounced, 1), |v| v != 0);
+                !wait_until(d, WaitCtx::of(a), a.this_slot, site(WaitKind::NextAnnounced, 1), |v| v != 0);
         }
     }
     failed = d.block_barrier_or(failed);
@@ -83,13 +83,13 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
                         let incoming = (a.this_buffer + slot) as *const T;
                         if step == 0 {
                             let dst = (a.next_buffer + slot) as *mut T;
-                            transfer::<T, O, THREADS, COPY>(tid, dst, incoming, own, len, aligned, k32);
+                            transfer::<D, T, O, THREADS, COPY>(d, tid, dst, incoming, own, len, aligned, k32);
                         } else if step + 1 < k {
                             let dst = (a.next_buffer + slot) as *mut T;
-                            transfer::<T, O, THREADS, REDUCE>(tid, dst, incoming, own, len, aligned, k32);
+                            transfer::<D, T, O, THREADS, REDUCE>(d, tid, dst, incoming, own, len, aligned, k32);
                         } else {
                             let dst = (a.recv + off * sz) as *mut T;
-                            transfer::<T, O, THREADS, FINAL>(tid, dst, incoming, own, len, aligned, k32);
+                            transfer::<D, T, O, THREADS, FINAL>(d, tid, dst, incoming, own, len, aligned, k32);
                         }
                     }
                 }
@@ -118,7 +118,7 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
             sub: 0,
             expected: last,
         };
-        if wait_until(d, a, a.this_new_data, site, |v| v >= last) {
+        if wait_until(d, WaitCtx::of(a), a.this_new_data, site, |v| v >= last) {
             d.store_volatile(a.this_new_data as *mut u64, 0);
             d.store_volatile(a.this_chunk_done as *mut u64, 0);
             signal(d, a.this_slot, 0);
@@ -143,11 +143,11 @@ unsafe fn wait_for_slot<D: Device>(
         }
         let want = Sizing::chunk_done_value(c - 1, sub);
         let site = WaitSite { kind: WaitKind::ChunkDone, chunk: c, step, sub, expected: want };
-        wait_until(d, a, a.this_chunk_done, site, |v| v >= want)
+        wait_until(d, WaitCtx::of(a), a.this_chunk_done, site, |v| v >= want)
     } else {
         let want = Sizing::new_data_value(a.k, c, step - 1, sub);
         let site = WaitSite { kind: WaitKind::NewData, chunk: c, step, sub, expected: want };
-        wait_until(d, a, a.this_new_data, site, |v| v >= want)
+        wait_until(d, WaitCtx::of(a), a.this_new_data, site, |v| v >= want)
     }
 }
 

@@ -27,6 +27,16 @@ pub unsafe trait Device {
     /// # Safety
     /// `p` must be valid and 8-byte aligned.
     unsafe fn store_volatile(&self, p: *mut u64, v: u64);
+    /// One 16-byte load, as a single vector access.
+    ///
+    /// # Safety
+    /// `p` must be valid and 16-byte aligned.
+    unsafe fn load_pack(&self, p: *const u8) -> [u32; 4];
+    /// One 16-byte store, as a single vector access.
+    ///
+    /// # Safety
+    /// `p` must be valid and 16-byte aligned.
+    unsafe fn store_pack(&self, p: *mut u8, v: [u32; 4]);
     /// A full fence at system scope (`fence.acq_rel.sys`): after a flag load
     /// it acquires, before a flag store it releases.
     fn fence_system(&self);

@@ -21,7 +21,7 @@ macro_rules! rs_kernels {
     ($($name:ident: $t:ty, $op:ty;)*) => {$(
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(args: KernelArgs) {
-            reduce_scatter::<Block, $t, $op, GPU_THREADS>(&Gpu, &args);
+            reduce_scatter::<Block, $t, $op, GPU_THREADS>(&Block::default(), &args);
         }
     )*};
 }
@@ -57,10 +57,11 @@ rs_types! {
 /// the ceiling of one-block mode.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn ringreduce_copy_block(dst: u64, src: u64, n: u64) {
-    let tid = Gpu::<{ GPU_THREADS as u32 }>.thread_idx();
+    let g = Block::default();
+    let tid = g.thread_idx();
     if tid < GPU_THREADS {
         let s = src as *const u64;
-        transfer::<u64, Sum, GPU_THREADS, COPY>(tid, dst as *mut u64, s, s, n, true, 1);
+        transfer::<Block, u64, Sum, GPU_THREADS, COPY>(&g, tid, dst as *mut u64, s, s, n, true, 1);
     }
 }
 
@@ -68,15 +69,16 @@ pub unsafe extern "ptx-kernel" fn ringreduce_copy_block(dst: u64, src: u64, n: u
 /// buffers): the device-wide copy bandwidth.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn ringreduce_copy_grid(dst: u64, src: u64, n: u64) {
+    let g = Block::default();
     let threads = GPU_THREADS + 1;
-    let lane = block_idx() * threads + Gpu::<{ GPU_THREADS as u32 }>.thread_idx();
+    let lane = block_idx() * threads + g.thread_idx();
     let stride = grid_dim() * threads;
     let packs = n / 2;
-    let s = src as *const [u64; 2];
-    let d = dst as *mut [u64; 2];
+    let (s, d) = (src as *const u8, dst as *mut u8);
     let mut p = lane;
     while p < packs {
-        d.add(p as usize).write(s.add(p as usize).read());
+        let at = (p * 16) as usize;
+        g.store_pack(d.add(at), g.load_pack(s.add(at)));
         p += stride;
     }
     if lane == 0 && n % 2 == 1 {

@@ -14,6 +14,30 @@ use core::mem::size_of;
 /// `abort()` within microseconds.
 pub const POLLS_PER_CHECK: u32 = 256;
 
+/// What a wait needs to know about its rank, passed by value so that the
+/// (out-of-line) wait does not force the kernel arguments into local memory.
+#[derive(Clone, Copy, Debug)]
+pub struct WaitCtx {
+    pub abort_flag: u64,
+    pub timeout_ns: u64,
+    pub status: u64,
+    pub user_rank: u64,
+    pub ring_pos: u64,
+}
+
+impl WaitCtx {
+    #[inline(always)]
+    pub fn of(a: &KernelArgs) -> Self {
+        WaitCtx {
+            abort_flag: a.abort_flag,
+            timeout_ns: a.timeout_ns,
+            status: a.status,
+            user_rank: a.user_rank,
+            ring_pos: a.ring_pos,
+        }
+    }
+}
+
 /// Where a wait happened, for the status record.
 #[derive(Clone, Copy, Debug)]
 pub struct WaitSite {
@@ -34,7 +58,7 @@ pub struct WaitSite {
 #[inline(never)]
 pub unsafe fn wait_until<D: Device, F: Fn(u64) -> bool>(
     d: &D,
-    args: &KernelArgs,
+    args: WaitCtx,
     flag: u64,
     site: WaitSite,
     ready: F,
@@ -64,7 +88,7 @@ pub unsafe fn wait_until<D: Device, F: Fn(u64) -> bool>(
                 } else {
                     WaitOutcome::TimedOut
                 };
-                report(d, args, outcome, site, seen, waited);
+                report(d, &args, outcome, site, seen, waited);
                 return false;
             }
         }
@@ -76,7 +100,7 @@ pub unsafe fn wait_until<D: Device, F: Fn(u64) -> bool>(
 /// a nonzero outcome sees the whole record.
 unsafe fn report<D: Device>(
     d: &D,
-    args: &KernelArgs,
+    args: &WaitCtx,
     outcome: WaitOutcome,
     site: WaitSite,
     seen: u64,
@@ -133,21 +157,46 @@ fn combine<T: Element, O: ReduceOp, const MODE: u8>(incoming: T, own: T, k: u32)
     }
 }
 
+/// Combines two packs lane by lane. Packs travel as `[u32; 4]` (what one
+/// vector access moves) and are reinterpreted as lanes of `T` in registers.
 #[inline(always)]
 fn combine_pack<T: Element, O: ReduceOp, const MODE: u8>(
-    incoming: T::Pack,
-    own: T::Pack,
+    incoming: [u32; 4],
+    own: [u32; 4],
     k: u32,
-) -> T::Pack {
+) -> [u32; 4] {
     if MODE == COPY {
         return own;
     }
-    let mut out = own;
-    for (o, i) in out.as_mut().iter_mut().zip(incoming.as_ref()) {
+    // SAFETY: `T::Pack` is 16 bytes of plain data, like `[u32; 4]`.
+    let i: T::Pack = unsafe { core::mem::transmute_copy(&incoming) };
+    let mut o: T::Pack = unsafe { core::mem::transmute_copy(&own) };
+    for (o, i) in o.as_mut().iter_mut().zip(i.as_ref()) {
         *o = combine::<T, O, MODE>(*i, *o, k);
     }
-    out
+    // SAFETY: as above.
+    unsafe { core::mem::transmute_copy(&o) }
 }
+
+/// Expands `$body` once per unrolled slot `u = 0..8`, with constant `u`, so
+/// that every value of a round stays in registers (an array indexed in a
+/// loop would be placed in local memory).
+macro_rules! unroll8 {
+    ($u:ident => $body:expr) => {
+        [
+            { let $u = 0u64; $body },
+            { let $u = 1u64; $body },
+            { let $u = 2u64; $body },
+            { let $u = 3u64; $body },
+            { let $u = 4u64; $body },
+            { let $u = 5u64; $body },
+            { let $u = 6u64; $body },
+            { let $u = 7u64; $body },
+        ]
+    };
+}
+
+const _: () = assert!(UNROLL == 8, "unroll8! expands exactly UNROLL slots");
 
 /// Moves `n` elements: `dst[i] = combine(incoming[i], own[i])`, striped over
 /// `THREADS` producer lanes (`tid` is this lane). `incoming` is not read for
@@ -162,8 +211,10 @@ fn combine_pack<T: Element, O: ReduceOp, const MODE: u8>(
 /// # Safety
 /// All three ranges must be valid for `n` elements; `dst` may equal `own`
 /// (in place) but must not otherwise overlap the sources.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn transfer<T: Element, O: ReduceOp, const THREADS: u64, const MODE: u8>(
+pub unsafe fn transfer<D: Device, T: Element, O: ReduceOp, const THREADS: u64, const MODE: u8>(
+    d: &D,
     tid: u64,
     dst: *mut T,
     incoming: *const T,
@@ -189,36 +240,33 @@ pub unsafe fn transfer<T: Element, O: ReduceOp, const THREADS: u64, const MODE: 
     }
     let lanes = PACK_BYTES / sz;
     let packs = (n - head) / lanes;
-    let pd = dst.add(head as usize) as *mut T::Pack;
-    let pi = incoming.add(head as usize) as *const T::Pack;
-    let po = own.add(head as usize) as *const T::Pack;
+    let pd = dst.add(head as usize) as *mut u8;
+    let pi = incoming.add(head as usize) as *const u8;
+    let po = own.add(head as usize) as *const u8;
+    let at = |p: u64| (p * PACK_BYTES) as usize;
     let round = UNROLL * THREADS;
     let mut p = tid;
     // A lane runs a full unrolled round while its last pack of the round
     // exists; what is left goes one pack at a time below.
     while p + (UNROLL - 1) * THREADS < packs {
-        let mut o: [T::Pack; UNROLL as usize] =
-            core::array::from_fn(|u| po.add((p + u as u64 * THREADS) as usize).read());
-        if MODE != COPY {
-            let i: [T::Pack; UNROLL as usize] =
-                core::array::from_fn(|u| pi.add((p + u as u64 * THREADS) as usize).read());
-            for u in 0..UNROLL as usize {
-                o[u] = combine_pack::<T, O, MODE>(i[u], o[u], k);
-            }
-        }
-        for (u, v) in o.iter().enumerate() {
-            pd.add((p + u as u64 * THREADS) as usize).write(*v);
-        }
+        let o = unroll8!(u => d.load_pack(po.add(at(p + u * THREADS))));
+        let r = if MODE == COPY {
+            o
+        } else {
+            let i = unroll8!(u => d.load_pack(pi.add(at(p + u * THREADS))));
+            unroll8!(u => combine_pack::<T, O, MODE>(i[u as usize], o[u as usize], k))
+        };
+        unroll8!(u => d.store_pack(pd.add(at(p + u * THREADS)), r[u as usize]));
         p += round;
     }
     while p < packs {
-        let i = if MODE == COPY {
-            po.add(p as usize).read()
+        let o = d.load_pack(po.add(at(p)));
+        let r = if MODE == COPY {
+            o
         } else {
-            pi.add(p as usize).read()
+            combine_pack::<T, O, MODE>(d.load_pack(pi.add(at(p))), o, k)
         };
-        let v = combine_pack::<T, O, MODE>(i, po.add(p as usize).read(), k);
-        pd.add(p as usize).write(v);
+        d.store_pack(pd.add(at(p)), r);
         p += THREADS;
     }
     let done = head + packs * lanes;
@@ -238,28 +286,26 @@ unsafe fn scalar<T: Element, O: ReduceOp, const THREADS: u64, const MODE: u8>(
 ) {
     let round = UNROLL * THREADS;
     let mut e = from + tid;
+    let at = |e: u64| e as usize;
     while e + round - THREADS < to {
-        let o: [T; UNROLL as usize] =
-            core::array::from_fn(|u| own.add((e + u as u64 * THREADS) as usize).read());
-        let i: [T; UNROLL as usize] = if MODE == COPY {
+        let o = unroll8!(u => own.add(at(e + u * THREADS)).read());
+        let r = if MODE == COPY {
             o
         } else {
-            core::array::from_fn(|u| incoming.add((e + u as u64 * THREADS) as usize).read())
+            let i = unroll8!(u => incoming.add(at(e + u * THREADS)).read());
+            unroll8!(u => combine::<T, O, MODE>(i[u as usize], o[u as usize], k))
         };
-        for u in 0..UNROLL as usize {
-            dst.add((e + u as u64 * THREADS) as usize)
-                .write(combine::<T, O, MODE>(i[u], o[u], k));
-        }
+        unroll8!(u => dst.add(at(e + u * THREADS)).write(r[u as usize]));
         e += round;
     }
     while e < to {
-        let i = if MODE == COPY {
-            own.add(e as usize).read()
+        let o = own.add(at(e)).read();
+        let r = if MODE == COPY {
+            o
         } else {
-            incoming.add(e as usize).read()
+            combine::<T, O, MODE>(incoming.add(at(e)).read(), o, k)
         };
-        dst.add(e as usize)
-            .write(combine::<T, O, MODE>(i, own.add(e as usize).read(), k));
+        dst.add(at(e)).write(r);
         e += THREADS;
     }
 }

@@ -86,6 +86,12 @@ unsafe impl Device for Lane<'_> {
     unsafe fn store_volatile(&self, p: *mut u64, v: u64) {
         (*(p as *const AtomicU64)).store(v, Ordering::Relaxed)
     }
+    unsafe fn load_pack(&self, p: *const u8) -> [u32; 4] {
+        (p as *const [u32; 4]).read()
+    }
+    unsafe fn store_pack(&self, p: *mut u8, v: [u32; 4]) {
+        (p as *mut [u32; 4]).write(v)
+    }
     fn fence_system(&self) {
         fence(Ordering::SeqCst)
     }

@@ -6,7 +6,7 @@ use crate::device::Device;
 use core::arch::asm;
 
 /// A GPU block running the kernel; `THREADS` producers plus one signaller.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 pub struct Gpu<const THREADS: u32>;
 
 unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
@@ -70,6 +70,28 @@ unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
     #[inline(always)]
     unsafe fn store_volatile(&self, p: *mut u64, v: u64) {
         asm!("st.volatile.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack));
+    }
+
+    #[inline(always)]
+    unsafe fn load_pack(&self, p: *const u8) -> [u32; 4] {
+        let (a, b, c, d): (u32, u32, u32, u32);
+        asm!(
+            "ld.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+            a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+            p = in(reg64) p,
+            options(nostack, readonly)
+        );
+        [a, b, c, d]
+    }
+
+    #[inline(always)]
+    unsafe fn store_pack(&self, p: *mut u8, v: [u32; 4]) {
+        asm!(
+            "st.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
+            p = in(reg64) p,
+            a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3],
+            options(nostack)
+        );
     }
 
     #[inline(always)]
