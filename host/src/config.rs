@@ -31,6 +31,10 @@ pub struct CommConfig {
     /// gives up with [`Error::Timeout`](crate::Error::Timeout). `None` takes
     /// [`TIMEOUT_ENV`] or else [`DEFAULT_TIMEOUT`]; `Some(ZERO)` waits forever.
     pub timeout: Option<Duration>,
+    /// Whether waits poll the abort word and the clock (default on). Off
+    /// gives NCCL 1.x's unbounded spins: only for measuring what the
+    /// watchdog costs.
+    pub watchdog: bool,
 }
 
 impl Default for CommConfig {
@@ -39,6 +43,7 @@ impl Default for CommConfig {
             buffer_bytes: DEFAULT_BUFFER_BYTES,
             ring_order: None,
             timeout: None,
+            watchdog: true,
         }
     }
 }
@@ -72,7 +77,15 @@ impl CommConfig {
             .unwrap_or(DEFAULT_TIMEOUT)
     }
 
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.watchdog = on;
+        self
+    }
+
     pub(crate) fn timeout_ns(&self) -> u64 {
+        if !self.watchdog {
+            return 0;
+        }
         self.effective_timeout().as_nanos().min(u64::MAX as u128) as u64
     }
 }

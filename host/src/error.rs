@@ -97,8 +97,9 @@ pub enum Error {
     Overflow { k: usize, recvcount: u64, size: u64 },
     #[error(
         "rank {rank} (ring position {ring_pos}) timed out after {waited_ms} ms at chunk {chunk}, \
-         step {step}, subchunk {sub}, waiting for {what} from rank {peer} (flag expected \
-         {expected}, saw {seen})"
+         step {step}, subchunk {sub}, waiting for {what} from rank {peer}{} (flag expected \
+         {expected}, saw {seen})",
+        signal.map(|(c, s, b)| format!(" for its chunk {c}, step {s}, subchunk {b}")).unwrap_or_default()
     )]
     Timeout {
         rank: usize,
@@ -111,6 +112,8 @@ pub enum Error {
         peer: usize,
         expected: u64,
         seen: u64,
+        /// The peer's (chunk, step, subchunk) whose signal never came.
+        signal: Option<(u64, u64, u64)>,
         waited_ms: u64,
     },
     #[error("the collective was aborted (first seen by rank {rank} at chunk {chunk}, step {step})")]

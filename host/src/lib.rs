@@ -30,6 +30,7 @@ pub mod cpu;
 pub mod element;
 pub mod error;
 pub mod gpu;
+pub mod hooks;
 pub mod planner;
 pub mod reference;
 pub mod ring;
@@ -37,7 +38,7 @@ pub mod status;
 
 pub use config::CommConfig;
 pub use cpu::{CpuBuffers, CpuCommunicator, HostBuffer, HostView};
-pub use element::{DataType, RsElement};
+pub use element::{DataType, Element, RsElement};
 pub use error::{Error, Result};
 pub use gpu::{Communicator, RawBuffers, RsBuffers};
 pub use ring::RingOrder;

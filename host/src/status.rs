@@ -3,7 +3,22 @@
 
 use crate::error::Error;
 use crate::ring::RingOrder;
+use ringreduce_kernels::plan::NUM_SUBCHUNKS;
 use ringreduce_kernels::{StatusRecord, WaitKind, WaitOutcome};
+
+/// The (chunk, step, subchunk) whose signal a flag value stands for: the
+/// inverse of `Sizing::new_data_value` (and of `chunk_done_value`, where
+/// the step is the last one).
+pub fn decode_signal(kind: WaitKind, value: u64, k: u64) -> Option<(u64, u64, u64)> {
+    let x = value.checked_sub(1)?;
+    let sub = x % NUM_SUBCHUNKS;
+    let cs = x / NUM_SUBCHUNKS;
+    match kind {
+        WaitKind::NewData | WaitKind::FinalData if k > 0 => Some((cs / k, cs % k, sub)),
+        WaitKind::ChunkDone => Some((cs, k.saturating_sub(1), sub)),
+        _ => None,
+    }
+}
 
 /// The error a status record describes, or `None` if the rank is fine.
 pub fn error_from_record(rec: &StatusRecord, ring: &RingOrder) -> Option<Error> {
@@ -30,32 +45,104 @@ pub fn error_from_record(rec: &StatusRecord, ring: &RingOrder) -> Option<Error> 
                 peer: if kind.written_by_predecessor() { pred } else { succ },
                 expected: rec.expected,
                 seen: rec.seen,
+                signal: decode_signal(kind, rec.expected, ring.len() as u64),
                 waited_ms: rec.waited_ns / 1_000_000,
             })
         }
     }
 }
 
-/// Picks the error to report from all ranks' records: the timeout that
-/// waited longest names the rank closest to the cause (the others time out
-/// later, or wait on ranks that are themselves stuck); an abort wins over
-/// everything since the user asked for it.
-pub fn first_error<'a, I: IntoIterator<Item = &'a StatusRecord>>(
-    recs: I,
-    ring: &RingOrder,
-) -> Option<Error> {
-    let mut best: Option<(u64, Error)> = None;
-    for r in recs {
-        if let Some(e) = error_from_record(r, ring) {
-            let score = if matches!(e, Error::Aborted { .. }) {
-                u64::MAX
-            } else {
-                r.waited_ns
-            };
-            if best.as_ref().map(|(s, _)| score > *s).unwrap_or(true) {
-                best = Some((score, e));
-            }
+/// Picks the error to report from all ranks' records. A user's abort wins.
+/// Otherwise the best timeout is the one that points at its cause: a wait
+/// whose peer reported nothing (it never arrived), or whose peer had already
+/// moved past the point where it should have sent the awaited signal (the
+/// signal was lost). Other ranks merely wait on ranks that are themselves
+/// stuck. Ties go to the longest wait.
+pub fn first_error(recs: &[StatusRecord], ring: &RingOrder) -> Option<Error> {
+    let errs: Vec<Option<Error>> = recs.iter().map(|r| error_from_record(r, ring)).collect();
+    let mut best: Option<(u8, u64, Error)> = None;
+    for (r, e) in recs.iter().zip(&errs) {
+        let Some(e) = e else { continue };
+        let score = match e {
+            Error::Aborted { .. } => 3,
+            Error::Timeout { peer, signal, .. } => match (recs.get(*peer), errs.get(*peer)) {
+                (_, Some(None)) => 2,
+                (Some(p), _) if signal.map(|(c, s, _)| (p.chunk, p.step) > (c, s)).unwrap_or(false) => 2,
+                _ => 1,
+            },
+            _ => 1,
+        };
+        let better = match &best {
+            None => true,
+            Some((s, w, _)) => score > *s || (score == *s && r.waited_ns > *w),
+        };
+        if better {
+            best = Some((score, r.waited_ns, e.clone()));
         }
     }
-    best.map(|(_, e)| e)
+    best.map(|(_, _, e)| e)
+}
+
+/// Each user rank's error, if its record holds one.
+pub fn rank_errors(recs: &[StatusRecord], ring: &RingOrder) -> Vec<Option<Error>> {
+    recs.iter().map(|r| error_from_record(r, ring)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringreduce_kernels::plan::Sizing;
+
+    #[test]
+    fn decodes_what_the_kernel_encodes() {
+        for k in [2u64, 3, 8] {
+            for c in [0u64, 1, 17] {
+                for step in 0..k {
+                    for sub in 0..2 {
+                        let v = Sizing::new_data_value(k, c, step, sub);
+                        assert_eq!(decode_signal(WaitKind::NewData, v, k), Some((c, step, sub)));
+                    }
+                }
+                let v = Sizing::chunk_done_value(c, 1);
+                assert_eq!(decode_signal(WaitKind::ChunkDone, v, k), Some((c, k - 1, 1)));
+            }
+        }
+        assert_eq!(decode_signal(WaitKind::NextAnnounced, 1, 4), None);
+    }
+
+    fn rec(user: u64, pos: u64, outcome: WaitOutcome, kind: WaitKind, waited: u64) -> StatusRecord {
+        StatusRecord {
+            outcome: outcome as u64,
+            user_rank: user,
+            ring_pos: pos,
+            wait_kind: kind as u64,
+            expected: 3,
+            waited_ns: waited,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_cause_is_the_silent_peer() {
+        let ring = RingOrder::identity(4);
+        // Rank 2 never ran: rank 1 waits for its announcement, rank 3 for
+        // its data; rank 0 waits on rank 3, which is itself stuck.
+        let recs = [
+            rec(0, 0, WaitOutcome::TimedOut, WaitKind::NewData, 9_000),
+            rec(1, 1, WaitOutcome::TimedOut, WaitKind::NextAnnounced, 1_000),
+            StatusRecord::default(),
+            rec(3, 3, WaitOutcome::TimedOut, WaitKind::NewData, 2_000),
+        ];
+        match first_error(&recs, &ring) {
+            Some(Error::Timeout { peer, rank, .. }) => {
+                assert_eq!(peer, 2);
+                assert_eq!(rank, 3, "the longer of the two waits on rank 2");
+            }
+            e => panic!("{e:?}"),
+        }
+        let mut recs = recs;
+        recs[0] = rec(0, 0, WaitOutcome::Aborted, WaitKind::NewData, 1);
+        assert!(matches!(first_error(&recs, &ring), Some(Error::Aborted { rank: 0, .. })));
+        assert!(first_error(&[StatusRecord::default(); 4], &ring).is_none());
+    }
 }

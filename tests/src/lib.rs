@@ -5,6 +5,7 @@
 pub mod backend;
 pub mod cases;
 pub mod data;
+pub mod soak;
 
 pub use backend::{Backend, CpuBackend, GpuBackend};
 pub use cases::{run_case, Case, Outcome};

@@ -7,7 +7,8 @@ use crate::element::RsElement;
 use crate::error::{Error, Result};
 use crate::planner::{plan_reduce_scatter, BufferSpan, Control, Plan, RankWiring};
 use crate::ring::RingOrder;
-use crate::status::first_error;
+use crate::hooks::TestHooks;
+use crate::status::{first_error, rank_errors};
 use ringreduce_kernels::algorithm::reduce_scatter;
 use ringreduce_kernels::plan::CPU_THREADS;
 use ringreduce_kernels::{Avg, Element, KernelArgs, Max, Min, Op, Prod, ReduceOp, StatusRecord, Sum};
@@ -54,7 +55,7 @@ struct Inner {
     ranks: Vec<CpuRank>,
     abort: Box<AtomicU64>,
     broken: Mutex<Option<Error>>,
-    fault: Mutex<Option<(usize, u64, u64)>>,
+    hooks: Mutex<TestHooks>,
 }
 
 /// A communicator over `k` ranks that runs the ring reduce-scatter on CPU
@@ -101,7 +102,7 @@ impl CpuCommunicator {
             ranks,
             abort: Box::new(AtomicU64::new(0)),
             broken: Mutex::new(None),
-            fault: Mutex::new(None),
+            hooks: Mutex::new(TestHooks::default()),
         });
         let workers = (0..k)
             .map(|rank| {
@@ -159,9 +160,12 @@ impl CpuCommunicator {
         Ok(())
     }
 
+    fn status_records(&self) -> Vec<StatusRecord> {
+        self.inner.ranks.iter().map(|r| read_status(&r.status)).collect()
+    }
+
     fn status_error(&self) -> Option<Error> {
-        let recs: Vec<StatusRecord> = self.inner.ranks.iter().map(|r| read_status(&r.status)).collect();
-        first_error(&recs, &self.inner.ring)
+        first_error(&self.status_records(), &self.inner.ring)
     }
 
     /// Enqueues a reduce-scatter: `bufs[u]` are user rank `u`'s buffers. It
@@ -196,9 +200,9 @@ impl CpuCommunicator {
             });
         }
         let control = Control {
-            abort_flag: self.inner.abort.as_ptr() as u64,
+            abort_flag: if self.inner.config.watchdog { self.inner.abort.as_ptr() as u64 } else { 0 },
             timeout_ns: self.inner.config.timeout_ns(),
-            fault: *self.inner.fault.lock().unwrap_or_else(|e| e.into_inner()),
+            fault: self.hooks().lost_signal,
         };
         let plan = plan_reduce_scatter(
             &self.inner.ring,
@@ -237,7 +241,11 @@ impl CpuCommunicator {
                 )
             }
             Plan::Launch { args, .. } => {
+                let withhold = self.hooks().withhold_rank;
                 for (u, a) in args.into_iter().enumerate() {
+                    if withhold == Some(u) {
+                        continue;
+                    }
                     let guards = guards_for(&bufs[u]);
                     let inner = self.inner.clone();
                     self.submit(
@@ -284,11 +292,28 @@ impl CpuCommunicator {
         self.inner.abort.store(1, Ordering::SeqCst);
     }
 
-    /// Test hook: from the given (chunk, step) on, `rank` drops its "new
-    /// data" signals. Only effective with the `fault-injection` feature.
+    fn hooks(&self) -> TestHooks {
+        *self.inner.hooks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Test hook: from (chunk, step) on, `rank` drops its "new data"
+    /// signals. Only effective with the `fault-injection` feature.
     #[doc(hidden)]
     pub fn inject_lost_signal(&self, rank: usize, chunk: u64, step: u64) {
-        *self.inner.fault.lock().unwrap_or_else(|e| e.into_inner()) = Some((rank, chunk, step));
+        self.inner.hooks.lock().unwrap_or_else(|e| e.into_inner()).lost_signal = Some((rank, chunk, step));
+    }
+
+    /// Test hook: collectives launch every rank but `rank`, as if its
+    /// process never arrived.
+    #[doc(hidden)]
+    pub fn withhold_rank(&self, rank: Option<usize>) {
+        self.inner.hooks.lock().unwrap_or_else(|e| e.into_inner()).withhold_rank = rank;
+    }
+
+    /// Each user rank's recorded error, if any (for diagnostics: the error
+    /// [`synchronize`](Self::synchronize) returns is the likeliest cause).
+    pub fn rank_errors(&self) -> Vec<Option<Error>> {
+        rank_errors(&self.status_records(), &self.inner.ring)
     }
 }
 

@@ -8,7 +8,8 @@ use crate::element::RsElement;
 use crate::error::{Error, Result};
 use crate::planner::{plan_reduce_scatter, BufferSpan, Control, Plan, RankWiring};
 use crate::ring::RingOrder;
-use crate::status::first_error;
+use crate::hooks::TestHooks;
+use crate::status::{first_error, rank_errors};
 use cudarc::driver::{result, sys, CudaContext, CudaStream, CudaView, CudaViewMut};
 use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceSlice};
 use ringreduce_kernels::plan::{GPU_THREADS, NUM_SUBCHUNKS};
@@ -70,8 +71,12 @@ struct Inner {
     kernels: Vec<Arc<Kernels>>,
     /// Word 0: abort; then one status record per rank.
     host: MappedHost,
+    /// Held while one collective's blocks are launched, so that concurrent
+    /// callers cannot interleave two collectives' launches across ranks;
+    /// holds each rank's last stream.
+    launch: Mutex<Vec<Option<Arc<CudaStream>>>>,
     broken: Mutex<Option<Error>>,
-    fault: Mutex<Option<(usize, u64, u64)>>,
+    hooks: Mutex<TestHooks>,
 }
 
 /// A communicator over `k` ranks. With [`Communicator::new`], all ranks are
@@ -134,8 +139,9 @@ impl Communicator {
                 ranks,
                 kernels: vec![kernels; k],
                 host,
+                launch: Mutex::new(vec![None; k]),
                 broken: Mutex::new(None),
-                fault: Mutex::new(None),
+                hooks: Mutex::new(TestHooks::default()),
             }),
         })
     }
@@ -400,9 +406,9 @@ impl Communicator {
 
     fn control(&self) -> Control {
         Control {
-            abort_flag: self.inner.host.device,
+            abort_flag: if self.inner.config.watchdog { self.inner.host.device } else { 0 },
             timeout_ns: self.inner.config.timeout_ns(),
-            fault: *self.inner.fault.lock().unwrap_or_else(|e| e.into_inner()),
+            fault: self.hooks().lost_signal,
         }
     }
 
@@ -422,9 +428,11 @@ impl Communicator {
             GPU_THREADS,
             self.control(),
         )?;
+        let mut last = self.inner.launch.lock().unwrap_or_else(|e| e.into_inner());
         match plan {
             Plan::Nothing => Ok(()),
             Plan::Copy { send, recv, bytes } => {
+                hand_over(&mut last[0], &streams[0])?;
                 self.inner.ranks[0].ctx.bind_to_thread()?;
                 // SAFETY: validated addresses on this device.
                 unsafe {
@@ -433,8 +441,14 @@ impl Communicator {
                 Ok(())
             }
             Plan::Launch { args, .. } => {
+                let withhold = self.hooks().withhold_rank;
                 for (u, a) in args.iter().enumerate() {
-                    if let Err(e) = self.launch(u, a, dtype, op, &streams[u]) {
+                    if withhold == Some(u) {
+                        continue;
+                    }
+                    let r = hand_over(&mut last[u], &streams[u])
+                        .and_then(|()| self.launch(u, a, dtype, op, &streams[u]));
+                    if let Err(e) = r {
                         // Ranks already launched cannot finish; they will
                         // time out. Nothing later may run on this state.
                         self.mark_broken(&e);
@@ -484,11 +498,28 @@ impl Communicator {
         self.inner.host.word(0).store(1, Ordering::SeqCst);
     }
 
+    fn hooks(&self) -> TestHooks {
+        *self.inner.hooks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Test hook: from (chunk, step) on, `rank` drops its "new data"
     /// signals. Only effective with the `fault-injection` feature.
     #[doc(hidden)]
     pub fn inject_lost_signal(&self, rank: usize, chunk: u64, step: u64) {
-        *self.inner.fault.lock().unwrap_or_else(|e| e.into_inner()) = Some((rank, chunk, step));
+        self.inner.hooks.lock().unwrap_or_else(|e| e.into_inner()).lost_signal = Some((rank, chunk, step));
+    }
+
+    /// Test hook: collectives launch every rank but `rank`, as if its
+    /// process never arrived.
+    #[doc(hidden)]
+    pub fn withhold_rank(&self, rank: Option<usize>) {
+        self.inner.hooks.lock().unwrap_or_else(|e| e.into_inner()).withhold_rank = rank;
+    }
+
+    /// Each user rank's recorded error, if any (for diagnostics: the error
+    /// [`synchronize`](Self::synchronize) returns is the likeliest cause).
+    pub fn rank_errors(&self) -> Vec<Option<Error>> {
+        rank_errors(&self.status_records(), &self.inner.ring)
     }
 
     /// Bytes of staging per slot, for reports.
@@ -504,6 +535,20 @@ impl Drop for Communicator {
             let _ = r.ctx.synchronize();
         }
     }
+}
+
+/// Keeps one rank's collectives in order when the caller switches streams:
+/// the new stream waits for everything the last one had queued. With the
+/// same stream every time, stream order already does this.
+fn hand_over(last: &mut Option<Arc<CudaStream>>, next: &Arc<CudaStream>) -> Result<()> {
+    if let Some(prev) = last.as_ref() {
+        if prev.cu_stream() != next.cu_stream() {
+            let e = prev.record_event(None)?;
+            next.wait(&e)?;
+        }
+    }
+    *last = Some(next.clone());
+    Ok(())
 }
 
 fn check_residency(ctx: &Arc<CudaContext>, kernels: &Kernels, k: usize) -> Result<()> {

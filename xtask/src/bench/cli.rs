@@ -74,6 +74,9 @@ pub struct BenchArgs {
     /// Write a PNG of busbw against size.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Turn off the waits' abort and timeout polling (to measure its cost).
+    #[arg(long = "no-watchdog")]
+    pub no_watchdog: bool,
     /// Also run the sweep through NCCL (needs one GPU per rank).
     #[arg(long = "vs-nccl")]
     pub vs_nccl: bool,

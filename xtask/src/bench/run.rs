@@ -137,7 +137,8 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         .map_err(|e| e.to_string())?;
     let config = CommConfig::default()
         .buffer_bytes(args.buffsize)
-        .ring_order(ring.user_from_ring().to_vec());
+        .ring_order(ring.user_from_ring().to_vec())
+        .watchdog(!args.no_watchdog);
 
     let mut report = Report {
         schema: SCHEMA_VERSION,

@@ -1,0 +1,266 @@
+//! The GPU soak: thousands of back-to-back reduce-scatters of random types,
+//! ops, counts, placements and stream sets on one communicator, with no
+//! host synchronisation except at checkpoints.
+//!
+//! Inputs come from read-only pools filled once, with values whose
+//! reduction has a closed form (`f(j) + g(r)` for sum, max, min and avg;
+//! a single non-unit factor per element for prod), so that checking a
+//! collective costs O(outputs) on the host, not O(k x inputs).
+
+use crate::data::Rng;
+use crate::with_type;
+use cudarc::driver::{CudaSlice, CudaStream};
+use ringreduce::{Communicator, DataType, Op, Result, RsBuffers, RsElement};
+use std::any::Any;
+use std::sync::Arc;
+
+/// Small-integer patterns, exact in every type.
+pub trait Pattern: RsElement {
+    const SIGNED: bool;
+    fn int(v: i32) -> Self;
+}
+macro_rules! pattern_int { ($($t:ty: $s:expr),*) => {$(
+    impl Pattern for $t { const SIGNED: bool = $s; fn int(v: i32) -> Self { v as $t } }
+)*}; }
+pattern_int!(i8: true, u8: false, i32: true, u32: false, i64: true, u64: false);
+impl Pattern for f32 { const SIGNED: bool = true; fn int(v: i32) -> Self { v as f32 } }
+impl Pattern for f64 { const SIGNED: bool = true; fn int(v: i32) -> Self { v as f64 } }
+impl Pattern for half::f16 { const SIGNED: bool = true; fn int(v: i32) -> Self { half::f16::from_f32(v as f32) } }
+impl Pattern for half::bf16 { const SIGNED: bool = true; fn int(v: i32) -> Self { half::bf16::from_f32(v as f32) } }
+
+fn f_of<T: Pattern>(j: usize) -> i32 {
+    let h = (j as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 59; // 0..31
+    if T::SIGNED { (h % 17) as i32 - 8 } else { (h % 9) as i32 }
+}
+fn g_of<T: Pattern>(r: usize) -> i32 {
+    if T::SIGNED { (r % 9) as i32 - 4 } else { (r % 5) as i32 }
+}
+fn c_of<T: Pattern>(j: usize) -> i32 {
+    let h = ((j as u64).wrapping_mul(0xd1b5_4a32_d192_ed03) >> 61) as i32; // 0..7
+    let m = h % 3 + 1;
+    if T::SIGNED && h >= 4 { -m } else { m }
+}
+
+/// Rank `r`'s pool value at element `j`.
+pub fn pool_value<T: Pattern>(prod: bool, k: usize, r: usize, j: usize) -> T {
+    if prod {
+        T::int(if r == j % k { c_of::<T>(j) } else { 1 })
+    } else {
+        T::int(f_of::<T>(j) + g_of::<T>(r))
+    }
+}
+
+/// The reduction of pool elements `j` over all ranks, in closed form.
+pub fn expected<T: Pattern>(op: Op, k: usize, j: usize) -> T {
+    let f = f_of::<T>(j);
+    let g = (0..k).map(g_of::<T>);
+    match op {
+        Op::Prod => T::int(c_of::<T>(j)),
+        Op::Max => T::int(f + g.max().unwrap_or(0)),
+        Op::Min => T::int(f + g.min().unwrap_or(0)),
+        Op::Sum | Op::Avg => {
+            // k f + sum g, folded in T (wrapping for integers, exact for floats).
+            let mut acc = T::int(f + g_of::<T>(0));
+            for r in 1..k {
+                acc = acc.red_sum(T::int(f + g_of::<T>(r)));
+            }
+            if op == Op::Avg { op.finish(acc, k as u32) } else { acc }
+        }
+    }
+}
+
+/// Per type: the additive pool and the product pool, one buffer per rank.
+struct Pools<T> {
+    add: Vec<CudaSlice<T>>,
+    prod: Vec<CudaSlice<T>>,
+}
+
+/// Elements in each rank's pool: room for `k * max_count` plus offsets.
+fn pool_len(k: usize, max_count: usize) -> usize {
+    k * max_count + 16
+}
+
+fn make_pools<T: Pattern>(streams: &[Arc<CudaStream>], k: usize, len: usize) -> Result<Pools<T>> {
+    let mut add = Vec::new();
+    let mut prod = Vec::new();
+    for (r, s) in streams.iter().enumerate() {
+        let a: Vec<T> = (0..len).map(|j| pool_value::<T>(false, k, r, j)).collect();
+        add.push(s.clone_htod(&a)?);
+        let p: Vec<T> = (0..len).map(|j| pool_value::<T>(true, k, r, j)).collect();
+        prod.push(s.clone_htod(&p)?);
+    }
+    Ok(Pools { add, prod })
+}
+
+struct Done<T> {
+    op: Op,
+    n: usize,
+    offset: usize,
+    in_place: bool,
+    out: Vec<CudaSlice<T>>,
+    streams: Vec<Arc<CudaStream>>,
+}
+
+trait Check {
+    fn wrong(&self, k: usize) -> Result<usize>;
+}
+
+impl<T: Pattern> Check for Done<T> {
+    fn wrong(&self, k: usize) -> Result<usize> {
+        let mut w = 0;
+        for u in 0..k {
+            let got = self.streams[u].clone_dtoh(&self.out[u])?;
+            let base = if self.in_place { u * self.n } else { 0 };
+            for i in 0..self.n {
+                let want = expected::<T>(self.op, k, self.offset + u * self.n + i);
+                if bytemuck::bytes_of(&got[base + i]) != bytemuck::bytes_of(&want) {
+                    w += 1;
+                }
+            }
+        }
+        Ok(w)
+    }
+}
+
+/// What a soak saw.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SoakReport {
+    pub ops: usize,
+    pub elements: usize,
+    pub wrong: usize,
+    pub checkpoints: usize,
+    pub empty: usize,
+    pub in_place: usize,
+}
+
+/// Runs `ops` collectives on `comm`, `stream_sets` sets of streams chosen at
+/// random per collective, verifying every `checkpoint` collectives.
+pub fn soak(
+    comm: &Communicator,
+    stream_sets: &[Vec<Arc<CudaStream>>],
+    ops: usize,
+    checkpoint: usize,
+    max_count: usize,
+    seed: u64,
+) -> Result<SoakReport> {
+    let k = comm.k();
+    let len = pool_len(k, max_count);
+    let pools: Vec<Box<dyn Any>> = DataType::ALL
+        .iter()
+        .map(|&d| -> Result<Box<dyn Any>> {
+            with_type!(d, T => Ok(Box::new(make_pools::<T>(&stream_sets[0], k, len)?) as Box<dyn Any>))
+        })
+        .collect::<Result<_>>()?;
+    for s in &stream_sets[0] {
+        s.synchronize()?;
+    }
+    let mut rng = Rng(seed);
+    let mut rep = SoakReport::default();
+    let mut pending: Vec<Box<dyn Check>> = Vec::new();
+    let log_max = (max_count as f64).log2();
+    for i in 0..ops {
+        let di = rng.below(10) as usize;
+        let dtype = DataType::ALL[di];
+        let op = Op::ALL[rng.below(5) as usize];
+        // Log-uniform counts from 0 to max_count, with exact zeros too.
+        let n = if rng.below(20) == 0 {
+            0
+        } else {
+            let e = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * log_max;
+            (2f64.powf(e) as usize).min(max_count)
+        };
+        let in_place = rng.below(2) == 0;
+        let offset = rng.below(16) as usize;
+        let set = &stream_sets[rng.below(stream_sets.len() as u64) as usize];
+        let p: Box<dyn Check> = with_type!(dtype, T => {
+            let pool = pools[di].downcast_ref::<Pools<T>>().expect("pool type");
+            let src = if op == Op::Prod { &pool.prod } else { &pool.add };
+            let mut out: Vec<CudaSlice<T>> = Vec::with_capacity(k);
+            for u in 0..k {
+                let s = &set[u];
+                if in_place {
+                    let mut b = s.alloc_zeros::<T>((k * n).max(1))?;
+                    if n > 0 {
+                        s.memcpy_dtod(&src[u].slice(offset..offset + k * n), &mut b.slice_mut(0..k * n))?;
+                    }
+                    out.push(b);
+                } else {
+                    out.push(s.alloc_zeros::<T>(n.max(1))?);
+                }
+            }
+            {
+                let mut bufs: Vec<RsBuffers<'_, T>> = out
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(u, o)| {
+                        if in_place {
+                            RsBuffers::in_place(o.slice_mut(0..k * n))
+                        } else {
+                            RsBuffers::out_of_place(src[u].slice(offset..offset + k * n), o.slice_mut(0..n))
+                        }
+                    })
+                    .collect();
+                comm.reduce_scatter(&mut bufs, op, set)?;
+            }
+            Box::new(Done::<T> { op, n, offset, in_place, out, streams: set.clone() })
+        });
+        pending.push(p);
+        rep.ops += 1;
+        rep.elements += k * n;
+        rep.empty += (n == 0) as usize;
+        rep.in_place += in_place as usize;
+        if (i + 1) % checkpoint == 0 || i + 1 == ops {
+            for set in stream_sets {
+                for s in set {
+                    s.synchronize()?;
+                }
+            }
+            comm.synchronize()?;
+            for p in pending.drain(..) {
+                rep.wrong += p.wrong(k)?;
+            }
+            rep.checkpoints += 1;
+        }
+    }
+    Ok(rep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringreduce::{reference, RingOrder};
+
+    /// The closed forms agree with folding the pools in ring order.
+    #[test]
+    fn closed_forms_match_the_reference() {
+        fn check<T: Pattern>() {
+            for k in [2usize, 3, 4, 8] {
+                let ring = RingOrder::new(&(0..k as u32).rev().collect::<Vec<_>>()).unwrap();
+                for op in Op::ALL {
+                    let n = 300;
+                    let prod = op == Op::Prod;
+                    let inputs: Vec<Vec<T>> =
+                        (0..k).map(|r| (0..k * n).map(|j| pool_value::<T>(prod, k, r, j)).collect()).collect();
+                    let refs: Vec<&[T]> = inputs.iter().map(|v| v.as_slice()).collect();
+                    let want = reference::reduce_scatter(&refs, &ring, op);
+                    for u in 0..k {
+                        for i in 0..n {
+                            let e = expected::<T>(op, k, u * n + i);
+                            assert_eq!(bytemuck::bytes_of(&e), bytemuck::bytes_of(&want[u][i]), "{} {:?} k={k}", T::DTYPE.name(), op);
+                        }
+                    }
+                }
+            }
+        }
+        check::<i8>();
+        check::<u8>();
+        check::<i32>();
+        check::<u32>();
+        check::<i64>();
+        check::<u64>();
+        check::<half::f16>();
+        check::<half::bf16>();
+        check::<f32>();
+        check::<f64>();
+    }
+}

@@ -1,0 +1,189 @@
+//! Faults on the CPU execution: a missing rank, an abort, a lost signal
+//! and poisoned inputs. The GPU versions live in gpu_faults.rs.
+
+use ringreduce::{CommConfig, CpuBuffers, CpuCommunicator, Error, HostBuffer, Op, WaitKind};
+use std::time::{Duration, Instant};
+
+fn buffers(k: usize, n: usize) -> (Vec<HostBuffer<f32>>, Vec<HostBuffer<f32>>) {
+    let send = (0..k)
+        .map(|r| HostBuffer::from_slice(&(0..k * n).map(|i| ((i * 3 + r) % 11) as f32).collect::<Vec<_>>()))
+        .collect();
+    let recv = (0..k).map(|_| HostBuffer::zeroed(n)).collect();
+    (send, recv)
+}
+
+fn bufs(send: &[HostBuffer<f32>], recv: &[HostBuffer<f32>]) -> Vec<CpuBuffers<f32>> {
+    send.iter()
+        .zip(recv)
+        .map(|(s, r)| CpuBuffers::out_of_place(s.as_view(), r.as_view()))
+        .collect()
+}
+
+fn healthy_again(k: usize) {
+    let comm = CpuCommunicator::new(k).unwrap();
+    let (send, recv) = buffers(k, 1000);
+    comm.reduce_scatter(&bufs(&send, &recv), Op::Sum).unwrap();
+    comm.synchronize().unwrap();
+    let want: Vec<f32> = (0..1000)
+        .map(|i| (0..k).map(|r| ((i * 3 + r) % 11) as f32).sum())
+        .collect();
+    assert_eq!(recv[0].to_vec(), want);
+}
+
+#[test]
+fn missing_rank_times_out_and_names_it() {
+    let k = 5;
+    let missing = 2;
+    let timeout = Duration::from_millis(800);
+    let comm = CpuCommunicator::with_config(k, CommConfig::default().timeout(timeout)).unwrap();
+    comm.withhold_rank(Some(missing));
+    let (send, recv) = buffers(k, 50_000);
+    let t0 = Instant::now();
+    comm.reduce_scatter(&bufs(&send, &recv), Op::Sum).unwrap();
+    let err = comm.synchronize().expect_err("a missing rank must time out");
+    let took = t0.elapsed();
+    println!("missing rank: error after {took:?}: {err}");
+    assert!(took < timeout + Duration::from_secs(1), "took {took:?}");
+    // The reported error points at the missing rank.
+    assert!(matches!(err, Error::Timeout { peer, .. } if peer == missing), "{err}");
+    // Every launched rank timed out; its neighbours name it.
+    let errs = comm.rank_errors();
+    let (pred, succ) = comm.ring_order().neighbours(missing);
+    for (u, e) in errs.iter().enumerate() {
+        if u == missing {
+            assert!(e.is_none());
+            continue;
+        }
+        let e = e.as_ref().unwrap_or_else(|| panic!("rank {u} reported nothing"));
+        assert!(matches!(e, Error::Timeout { .. }), "rank {u}: {e}");
+        if u == pred {
+            assert!(matches!(e, Error::Timeout { peer, waiting_for: WaitKind::NextAnnounced, .. } if *peer == missing), "{e}");
+        }
+        if u == succ {
+            assert!(matches!(e, Error::Timeout { peer, .. } if *peer == missing), "{e}");
+        }
+    }
+    // Broken from now on; a new communicator works.
+    assert!(matches!(comm.reduce_scatter(&bufs(&send, &recv), Op::Sum), Err(Error::Broken(_))));
+    assert!(matches!(comm.synchronize(), Err(Error::Broken(_))));
+    healthy_again(k);
+}
+
+#[test]
+fn abort_from_another_thread_ends_every_rank() {
+    let k = 4;
+    let comm = CpuCommunicator::with_config(k, CommConfig::default().timeout(Duration::from_secs(60))).unwrap();
+    // A rank that never comes keeps the collective running until aborted.
+    comm.withhold_rank(Some(3));
+    let (send, recv) = buffers(k, 200_000);
+    comm.reduce_scatter(&bufs(&send, &recv), Op::Sum).unwrap();
+    let t_abort = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(200));
+            let t = Instant::now();
+            comm.abort();
+            t
+        });
+        let err = comm.synchronize().expect_err("aborted");
+        let t = h.join().unwrap();
+        assert!(matches!(err, Error::Aborted { .. }), "{err}");
+        t.elapsed()
+    });
+    println!("abort: all ranks returned {t_abort:?} after abort()");
+    assert!(t_abort < Duration::from_secs(1));
+    for (u, e) in comm.rank_errors().iter().enumerate().take(3) {
+        assert!(matches!(e, Some(Error::Aborted { .. })), "rank {u}: {e:?}");
+    }
+    healthy_again(k);
+}
+
+#[cfg(feature = "fault-injection")]
+#[test]
+fn lost_signal_is_a_timeout_naming_the_step() {
+    let k = 4;
+    let timeout = Duration::from_millis(500);
+    // A small staging buffer gives several chunks.
+    let cfg = CommConfig::default().timeout(timeout).buffer_bytes(2 * 4 * (512 + 16));
+    let comm = CpuCommunicator::with_config(k, cfg).unwrap();
+    let (faulty, chunk, step) = (1usize, 2u64, 1u64);
+    comm.inject_lost_signal(faulty, chunk, step);
+    let (send, recv) = buffers(k, 2000);
+    comm.reduce_scatter(&bufs(&send, &recv), Op::Sum).unwrap();
+    let err = comm.synchronize().expect_err("a lost signal must time out");
+    println!("lost signal: {err}");
+    let (_, succ) = comm.ring_order().neighbours(faulty);
+    match &err {
+        Error::Timeout { rank, peer, chunk: c, step: s, signal, waiting_for, .. } => {
+            assert_eq!(*rank, succ);
+            assert_eq!(*peer, faulty);
+            assert_eq!(*waiting_for, WaitKind::NewData);
+            assert_eq!((*c, *s), (chunk, step + 1));
+            assert_eq!(signal.map(|(c, s, _)| (c, s)), Some((chunk, step)));
+        }
+        e => panic!("expected a timeout, got {e}"),
+    }
+    assert!(err.to_string().contains(&format!("chunk {chunk}, step {step}")));
+    // Nothing wrong was written where the lost data should have gone.
+    healthy_again(k);
+}
+
+#[test]
+fn poisoned_inputs_follow_ieee() {
+    let k = 3;
+    let n = 8;
+    let comm = CpuCommunicator::new(k).unwrap();
+    let nan = f32::NAN;
+    let inf = f32::INFINITY;
+    // Element i of block 0 on each rank:
+    let rows: [[f32; 8]; 3] = [
+        [nan, 1.0, inf, inf, 0.0, -inf, 2.0, nan],
+        [1.0, nan, -inf, 1.0, inf, -inf, 3.0, nan],
+        [2.0, 2.0, 1.0, 1.0, 1.0, 5.0, nan, nan],
+    ];
+    let send: Vec<HostBuffer<f32>> = (0..k)
+        .map(|r| {
+            let mut v = vec![1.0f32; k * n];
+            v[..n].copy_from_slice(&rows[r]);
+            HostBuffer::from_slice(&v)
+        })
+        .collect();
+    let mut results = Vec::new();
+    for op in Op::ALL {
+        let recv: Vec<HostBuffer<f32>> = (0..k).map(|_| HostBuffer::zeroed(n)).collect();
+        comm.reduce_scatter(&bufs(&send, &recv), op).unwrap();
+        comm.synchronize().unwrap();
+        results.push((op, recv[0].to_vec()));
+    }
+    let get = |op| results.iter().find(|(o, _)| *o == op).unwrap().1.clone();
+    let sum = get(Op::Sum);
+    assert!(sum[0].is_nan() && sum[1].is_nan(), "NaN + x = NaN");
+    assert!(sum[2].is_nan(), "inf + -inf = NaN");
+    assert_eq!(sum[3], inf);
+    assert_eq!(sum[5], -inf);
+    assert!(sum[7].is_nan());
+    let prod = get(Op::Prod);
+    assert!(prod[4].is_nan(), "0 * inf = NaN");
+    assert_eq!(prod[5], inf * 5.0, "-inf * -inf * 5 = inf");
+    let max = get(Op::Max);
+    assert_eq!(max[0], 2.0, "max ignores NaN");
+    assert_eq!(max[2], inf);
+    assert_eq!(max[6], 3.0);
+    assert!(max[7].is_nan(), "max of NaNs is NaN");
+    let min = get(Op::Min);
+    assert_eq!(min[0], 1.0);
+    assert_eq!(min[5], -inf);
+    let avg = get(Op::Avg);
+    assert!(avg[0].is_nan());
+    assert_eq!(avg[3], inf);
+    // Deterministic: the same inputs give the same bits again.
+    for (op, first) in &results {
+        let recv: Vec<HostBuffer<f32>> = (0..k).map(|_| HostBuffer::zeroed(n)).collect();
+        comm.reduce_scatter(&bufs(&send, &recv), *op).unwrap();
+        comm.synchronize().unwrap();
+        let again = recv[0].to_vec();
+        assert_eq!(
+            again.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            first.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
+    }
+}

@@ -1,0 +1,286 @@
+//! Faults, bad input, the soak and the sanitizer workload on the GPU with
+//! virtual ranks. Each test prints a skip line and returns without a GPU.
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use ringreduce::{
+    CommConfig, Communicator, CpuBuffers, CpuCommunicator, DataType, Error, HostBuffer, Op,
+    RawBuffers, RsBuffers,
+};
+use ringreduce_tests::cases::{Case, Offsets};
+use ringreduce_tests::soak::soak;
+use ringreduce_tests::{gpu_or_skip, run_case, GpuBackend};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SENTINEL: f32 = -7.25;
+
+struct Bufs {
+    streams: Vec<Arc<CudaStream>>,
+    send: Vec<CudaSlice<f32>>,
+    recv: Vec<CudaSlice<f32>>,
+    n: usize,
+}
+
+fn bufs(comm: &Communicator, n: usize) -> Bufs {
+    let k = comm.k();
+    let streams = comm.new_streams().unwrap();
+    let send = streams
+        .iter()
+        .enumerate()
+        .map(|(r, s)| s.clone_htod(&(0..k * n).map(|i| ((i * 3 + r) % 11) as f32).collect::<Vec<_>>()).unwrap())
+        .collect();
+    let recv = streams.iter().map(|s| s.clone_htod(&vec![SENTINEL; n]).unwrap()).collect();
+    Bufs { streams, send, recv, n }
+}
+
+impl Bufs {
+    fn run(&mut self, comm: &Communicator, streams: &[Arc<CudaStream>]) -> ringreduce::Result<()> {
+        let mut b: Vec<RsBuffers<'_, f32>> = self
+            .send
+            .iter()
+            .zip(self.recv.iter_mut())
+            .map(|(s, r)| RsBuffers::out_of_place(s.as_view(), r.as_view_mut()))
+            .collect();
+        comm.reduce_scatter(&mut b, Op::Sum, streams)
+    }
+    fn untouched(&self) -> bool {
+        self.recv
+            .iter()
+            .zip(&self.streams)
+            .all(|(r, s)| s.clone_dtoh(r).unwrap().iter().all(|&x| x == SENTINEL))
+    }
+    fn correct(&self, k: usize) -> bool {
+        (0..k).all(|u| {
+            let got = self.streams[u].clone_dtoh(&self.recv[u]).unwrap();
+            got.iter().enumerate().all(|(i, &g)| {
+                g == (0..k).map(|r| (((u * self.n + i) * 3 + r) % 11) as f32).sum::<f32>()
+            })
+        })
+    }
+}
+
+/// The error, untouched outputs, and a working communicator afterwards.
+fn after_error(comm: &Communicator, b: &mut Bufs, e: Error, check: impl Fn(&Error) -> bool) {
+    assert!(check(&e), "unexpected error: {e}");
+    comm.synchronize().unwrap();
+    assert!(b.untouched(), "buffers touched after {e}");
+    let s = b.streams.clone();
+    b.run(comm, &s).unwrap();
+    comm.synchronize().unwrap();
+    assert!(b.correct(comm.k()), "communicator broken after {e}");
+    println!("gpu bad input ok: {e}");
+}
+
+#[test]
+fn gpu_bad_input() {
+    let Some(dev) = gpu_or_skip("gpu_bad_input") else { return };
+    let k = 3;
+    let comm = Communicator::new(dev, k).unwrap();
+    let mut b = bufs(&comm, 1000);
+    let s = b.streams.clone();
+    // Wrong stream count.
+    let e = b.run(&comm, &s[..2]).unwrap_err();
+    after_error(&comm, &mut b, e, |e| matches!(e, Error::WrongStreamCount { got: 2, k: 3 }));
+    // One stream shared by two ranks.
+    let shared = vec![s[0].clone(), s[0].clone(), s[2].clone()];
+    let e = b.run(&comm, &shared).unwrap_err();
+    after_error(&comm, &mut b, e, |e| matches!(e, Error::SharedStream { a: 0, b: 1 }));
+    // The legacy default stream.
+    let def = vec![s[0].clone(), comm.context(0).default_stream(), s[2].clone()];
+    let e = b.run(&comm, &def).unwrap_err();
+    after_error(&comm, &mut b, e, |e| matches!(e, Error::DefaultStream { rank: 1 }));
+    // Raw pointers: a host address, and a length past the allocation.
+    let host = vec![0f32; 3000];
+    let raw: Vec<RawBuffers> = (0..k)
+        .map(|u| RawBuffers {
+            send: if u == 1 { host.as_ptr() as u64 } else { b.send[u].device_ptr(&s[u]).0 },
+            send_len: 3000,
+            recv: b.recv[u].device_ptr(&s[u]).0,
+            recv_len: 1000,
+        })
+        .collect();
+    // SAFETY: the call must fail validation before touching anything.
+    let e = unsafe { comm.reduce_scatter_raw(&raw, DataType::F32, Op::Sum, &s) }.unwrap_err();
+    after_error(&comm, &mut b, e, |e| matches!(e, Error::WrongDevice { rank: 1, which: "send", found: -1, .. }));
+    let mut raw = raw;
+    raw[1].send = b.send[1].device_ptr(&s[1]).0;
+    raw[2].recv_len = 1001;
+    raw[2].send_len = 3003;
+    for r in raw.iter_mut() {
+        r.recv_len = 1001;
+        r.send_len = 3003;
+    }
+    let e = unsafe { comm.reduce_scatter_raw(&raw, DataType::F32, Op::Sum, &s) }.unwrap_err();
+    after_error(&comm, &mut b, e, |e| matches!(e, Error::BufferOutOfBounds { rank: 0, .. }));
+    // More ranks than can be resident.
+    assert!(matches!(Communicator::new(dev, 100_000), Err(Error::TooManyRanks { k: 100_000, .. })));
+    assert!(matches!(Communicator::new(dev, 0), Err(Error::ZeroRanks)));
+    assert!(matches!(Communicator::new(1000, 2), Err(Error::NoSuchDevice { device: 1000, .. })));
+}
+
+#[test]
+fn gpu_missing_rank_times_out() {
+    let Some(dev) = gpu_or_skip("gpu_missing_rank_times_out") else { return };
+    let (k, missing) = (4, 1);
+    let timeout = Duration::from_secs(1);
+    let comm = Communicator::with_config(dev, k, CommConfig::default().timeout(timeout)).unwrap();
+    comm.withhold_rank(Some(missing));
+    let mut b = bufs(&comm, 1 << 20);
+    let s = b.streams.clone();
+    let t0 = Instant::now();
+    b.run(&comm, &s).unwrap();
+    let err = comm.synchronize().expect_err("must time out");
+    let took = t0.elapsed();
+    println!("gpu missing rank: {took:?}: {err}");
+    assert!(took < timeout + Duration::from_secs(1));
+    assert!(matches!(err, Error::Timeout { peer, .. } if peer == missing));
+    let (pred, succ) = comm.ring_order().neighbours(missing);
+    for (u, e) in comm.rank_errors().iter().enumerate() {
+        if u == missing {
+            assert!(e.is_none());
+        } else {
+            assert!(matches!(e, Some(Error::Timeout { .. })), "rank {u}: {e:?}");
+        }
+    }
+    for u in [pred, succ] {
+        assert!(matches!(&comm.rank_errors()[u], Some(Error::Timeout { peer, .. }) if *peer == missing));
+    }
+    assert!(matches!(comm.synchronize(), Err(Error::Broken(_))));
+    drop(comm);
+    // The process stays healthy: a new communicator works.
+    let comm = Communicator::new(dev, k).unwrap();
+    let mut b = bufs(&comm, 4096);
+    let s = b.streams.clone();
+    b.run(&comm, &s).unwrap();
+    comm.synchronize().unwrap();
+    assert!(b.correct(k));
+}
+
+#[test]
+fn gpu_abort() {
+    let Some(dev) = gpu_or_skip("gpu_abort") else { return };
+    let k = 4;
+    let comm = Communicator::with_config(dev, k, CommConfig::default().timeout(Duration::from_secs(60))).unwrap();
+    comm.withhold_rank(Some(2));
+    let mut b = bufs(&comm, 1 << 24);
+    let s = b.streams.clone();
+    b.run(&comm, &s).unwrap();
+    let waited = std::thread::scope(|sc| {
+        let h = sc.spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            let t = Instant::now();
+            comm.abort();
+            t
+        });
+        let err = comm.synchronize().expect_err("aborted");
+        let t = h.join().unwrap().elapsed();
+        assert!(matches!(err, Error::Aborted { .. }), "{err}");
+        t
+    });
+    println!("gpu abort: every rank returned {waited:?} after abort()");
+    assert!(waited < Duration::from_millis(500));
+    for (u, e) in comm.rank_errors().iter().enumerate() {
+        if u != 2 {
+            assert!(matches!(e, Some(Error::Aborted { .. })), "rank {u}: {e:?}");
+        }
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+#[test]
+fn gpu_lost_signal() {
+    let Some(dev) = gpu_or_skip("gpu_lost_signal") else { return };
+    let k = 4;
+    let cfg = CommConfig::default().timeout(Duration::from_millis(500));
+    let comm = Communicator::with_config(dev, k, cfg).unwrap();
+    comm.inject_lost_signal(2, 1, 2);
+    let mut b = bufs(&comm, 1 << 20);
+    let s = b.streams.clone();
+    b.run(&comm, &s).unwrap();
+    let err = comm.synchronize().expect_err("lost signal");
+    println!("gpu lost signal: {err}");
+    assert!(matches!(err, Error::Timeout { peer: 2, signal: Some((1, 2, _)), .. }), "{err}");
+}
+
+#[test]
+fn gpu_poisoned_inputs_match_the_cpu() {
+    let Some(dev) = gpu_or_skip("gpu_poisoned_inputs_match_the_cpu") else { return };
+    let k = 3;
+    let n = 4096;
+    let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1.0, -2.5, f32::MAX];
+    let inputs: Vec<Vec<f32>> = (0..k)
+        .map(|r| (0..k * n).map(|i| specials[(i * 7 + r * 3 + i / 13) % specials.len()]).collect())
+        .collect();
+    let gpu = Communicator::new(dev, k).unwrap();
+    let cpu = CpuCommunicator::new(k).unwrap();
+    let streams = gpu.new_streams().unwrap();
+    for op in Op::ALL {
+        let send: Vec<CudaSlice<f32>> = streams.iter().zip(&inputs).map(|(s, v)| s.clone_htod(v).unwrap()).collect();
+        let mut recv: Vec<CudaSlice<f32>> = streams.iter().map(|s| s.alloc_zeros(n).unwrap()).collect();
+        {
+            let mut b: Vec<RsBuffers<'_, f32>> =
+                send.iter().zip(recv.iter_mut()).map(|(s, r)| RsBuffers::out_of_place(s.as_view(), r.as_view_mut())).collect();
+            gpu.reduce_scatter(&mut b, op, &streams).unwrap();
+        }
+        gpu.synchronize().unwrap();
+        let hs: Vec<HostBuffer<f32>> = inputs.iter().map(|v| HostBuffer::from_slice(v)).collect();
+        let hr: Vec<HostBuffer<f32>> = (0..k).map(|_| HostBuffer::zeroed(n)).collect();
+        let cb: Vec<CpuBuffers<f32>> = (0..k).map(|u| CpuBuffers::out_of_place(hs[u].as_view(), hr[u].as_view())).collect();
+        cpu.reduce_scatter(&cb, op).unwrap();
+        cpu.synchronize().unwrap();
+        for u in 0..k {
+            let g = streams[u].clone_dtoh(&recv[u]).unwrap();
+            let c = hr[u].to_vec();
+            for i in 0..n {
+                let same = (g[i].is_nan() && c[i].is_nan()) || g[i].to_bits() == c[i].to_bits();
+                assert!(same, "{op:?} rank {u} elem {i}: gpu {} cpu {}", g[i], c[i]);
+            }
+        }
+    }
+    println!("gpu poisoned inputs: NaN/Inf/signed zeros agree with the CPU execution for all ops");
+}
+
+/// Small and quick: the workload compute-sanitizer runs.
+#[test]
+fn gpu_sanitize_small() {
+    let Some(dev) = gpu_or_skip("gpu_sanitize_small") else { return };
+    let mut count = 0;
+    for k in [2usize, 3] {
+        let b = GpuBackend::new(dev, k, CommConfig::default()).unwrap();
+        for (i, n) in [1usize, 7, 257, 4097, 70_000].into_iter().enumerate() {
+            for dtype in [DataType::F32, DataType::I8, DataType::Bf16] {
+                let c = Case {
+                    dtype,
+                    op: Op::ALL[i % 5],
+                    n,
+                    in_place: i % 2 == 1,
+                    offsets: if i % 3 == 0 { Offsets::Scattered(1) } else { Offsets::Congruent(i % 4) },
+                    seed: i as u64,
+                };
+                assert_eq!(run_case(&b, &c).unwrap().wrong, 0, "{c:?}");
+                count += 1;
+            }
+        }
+    }
+    println!("gpu sanitize-small: {count} collectives, 0 wrong");
+}
+
+#[test]
+fn gpu_soak() {
+    let Some(dev) = gpu_or_skip("gpu_soak") else { return };
+    let ops: usize = std::env::var("RINGREDUCE_SOAK_OPS").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
+    let max_count: usize = std::env::var("RINGREDUCE_SOAK_MAX_COUNT").ok().and_then(|s| s.parse().ok()).unwrap_or(1 << 22);
+    for k in [4usize, 8] {
+        let order: Vec<u32> = (0..k as u32).map(|i| (i * 3 + 1) % k as u32).collect();
+        let ring = if ringreduce::RingOrder::new(&order).is_ok() { order } else { (0..k as u32).rev().collect() };
+        let comm = Communicator::with_config(dev, k, CommConfig::default().ring_order(ring)).unwrap();
+        let sets: Vec<Vec<Arc<CudaStream>>> = (0..3).map(|_| comm.new_streams().unwrap()).collect();
+        let t0 = Instant::now();
+        let rep = soak(&comm, &sets, ops, 500, max_count, 11 + k as u64).unwrap();
+        println!(
+            "gpu soak k={k}: {} collectives ({} empty, {} in place), {} elements, {} checkpoints, {} wrong, {:.1} s",
+            rep.ops, rep.empty, rep.in_place, rep.elements, rep.checkpoints, rep.wrong, t0.elapsed().as_secs_f64()
+        );
+        assert_eq!(rep.wrong, 0);
+    }
+}
