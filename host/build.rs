@@ -16,7 +16,10 @@ fn main() {
     let kernels = manifest.join("../kernels-gpu");
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
     println!("cargo:rerun-if-changed={}", kernels.join("src").display());
-    println!("cargo:rerun-if-changed={}", kernels.join("Cargo.toml").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        kernels.join("Cargo.toml").display()
+    );
     println!("cargo:rerun-if-env-changed={ARCH_ENV}");
     println!("cargo:rerun-if-env-changed={PREBUILT_ENV}");
 
@@ -45,5 +48,31 @@ fn main() {
             Err(e) => panic!("{e}"),
         }
     };
-    std::fs::copy(&ptx, out_dir.join("kernels.ptx")).expect("copy PTX into OUT_DIR");
+    let text = std::fs::read_to_string(&ptx).expect("read PTX");
+    std::fs::write(out_dir.join("kernels.ptx"), with_max_threads(&text, MAX_THREADS))
+        .expect("write PTX into OUT_DIR");
+}
+
+/// Threads per block of every kernel: 256 producers and the signaller.
+const MAX_THREADS: u32 = 257;
+
+/// Adds `.maxntid` to every entry. Rust cannot annotate kernels with launch
+/// bounds, and without one ptxas may give a kernel more registers than a
+/// 257-thread block can have (the 1- and 2-byte types, whose packs hold 16
+/// or 8 lanes), and such a kernel cannot launch at all.
+fn with_max_threads(ptx: &str, n: u32) -> String {
+    let mut out = String::with_capacity(ptx.len() + 4096);
+    let mut in_entry_params = false;
+    for line in ptx.lines() {
+        if line.starts_with(".visible .entry") || line.starts_with(".entry") {
+            in_entry_params = true;
+        }
+        out.push_str(line);
+        out.push('\n');
+        if in_entry_params && line.trim_start().starts_with(')') {
+            out.push_str(&format!(".maxntid {n}, 1, 1\n"));
+            in_entry_params = false;
+        }
+    }
+    out
 }

@@ -11,7 +11,11 @@ const N: usize = 1 << 16;
 
 fn inputs() -> Vec<Vec<f32>> {
     (0..K)
-        .map(|r| (0..K * N).map(|i| ((i * 31 + r * 7) % 97) as f32 - 48.0).collect())
+        .map(|r| {
+            (0..K * N)
+                .map(|i| ((i * 31 + r * 7) % 97) as f32 - 48.0)
+                .collect()
+        })
         .collect()
 }
 
@@ -19,7 +23,10 @@ fn check(got: &[Vec<f32>], ring: &ringreduce::RingOrder) -> usize {
     let inp = inputs();
     let refs: Vec<&[f32]> = inp.iter().map(|v| v.as_slice()).collect();
     let want = reference::reduce_scatter(&refs, ring, Op::Sum);
-    got.iter().zip(&want).map(|(g, w)| g.iter().zip(w).filter(|(a, b)| a != b).count()).sum()
+    got.iter()
+        .zip(&want)
+        .map(|(g, w)| g.iter().zip(w).filter(|(a, b)| a != b).count())
+        .sum()
 }
 
 fn on_gpu() -> ringreduce::Result<usize> {

@@ -47,7 +47,9 @@ pub enum Error {
     },
     #[error("rank {rank}: recv holds {got} elements, rank 0's holds {want}")]
     CountMismatch { rank: usize, got: u64, want: u64 },
-    #[error("rank {rank}: {which} buffer is on device {found}, but the rank is on device {expected}")]
+    #[error(
+        "rank {rank}: {which} buffer is on device {found}, but the rank is on device {expected}"
+    )]
     WrongDevice {
         rank: usize,
         which: &'static str,
@@ -116,7 +118,9 @@ pub enum Error {
         signal: Option<(u64, u64, u64)>,
         waited_ms: u64,
     },
-    #[error("the collective was aborted (first seen by rank {rank} at chunk {chunk}, step {step})")]
+    #[error(
+        "the collective was aborted (first seen by rank {rank} at chunk {chunk}, step {step})"
+    )]
     Aborted { rank: usize, chunk: u64, step: u64 },
     #[error("the communicator is broken by an earlier error ({0}); create a new one")]
     Broken(String),

@@ -145,7 +145,13 @@ pub fn validate(bufs: &[BufferSpan], k: usize, dtype: DataType) -> Result<u64> {
 }
 
 /// Maps a sizing error to the library's error.
-pub fn sizing(k: usize, n: u64, dtype: DataType, buffer_bytes: u64, threads: u64) -> Result<Sizing> {
+pub fn sizing(
+    k: usize,
+    n: u64,
+    dtype: DataType,
+    buffer_bytes: u64,
+    threads: u64,
+) -> Result<Sizing> {
     Sizing::new(k as u64, n, dtype.size(), buffer_bytes, threads).map_err(|e| match e {
         PlanError::ZeroRanks => Error::ZeroRanks,
         PlanError::BufferTooSmall { need, have } => Error::BufferTooSmall { k, need, have },

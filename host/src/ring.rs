@@ -37,7 +37,10 @@ impl RingOrder {
     pub fn for_ranks(order: Option<&[u32]>, k: usize) -> Result<Self> {
         match order {
             None => Ok(Self::identity(k)),
-            Some(o) if o.len() != k => Err(Error::BadRingOrder { order: o.to_vec(), k }),
+            Some(o) if o.len() != k => Err(Error::BadRingOrder {
+                order: o.to_vec(),
+                k,
+            }),
             Some(o) => Self::new(o),
         }
     }
@@ -80,7 +83,10 @@ mod tests {
     #[test]
     fn validates() {
         assert!(RingOrder::new(&[1, 2, 0, 3]).is_ok());
-        assert!(matches!(RingOrder::new(&[1, 1]), Err(Error::BadRingOrder { .. })));
+        assert!(matches!(
+            RingOrder::new(&[1, 1]),
+            Err(Error::BadRingOrder { .. })
+        ));
         assert!(matches!(
             RingOrder::for_ranks(Some(&[0, 1]), 3),
             Err(Error::BadRingOrder { k: 3, .. })

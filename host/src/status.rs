@@ -42,7 +42,11 @@ pub fn error_from_record(rec: &StatusRecord, ring: &RingOrder) -> Option<Error> 
                 sub: rec.sub,
                 waiting_for: kind,
                 what: kind.describe(),
-                peer: if kind.written_by_predecessor() { pred } else { succ },
+                peer: if kind.written_by_predecessor() {
+                    pred
+                } else {
+                    succ
+                },
                 expected: rec.expected,
                 seen: rec.seen,
                 signal: decode_signal(kind, rec.expected, ring.len() as u64),
@@ -67,7 +71,13 @@ pub fn first_error(recs: &[StatusRecord], ring: &RingOrder) -> Option<Error> {
             Error::Aborted { .. } => 3,
             Error::Timeout { peer, signal, .. } => match (recs.get(*peer), errs.get(*peer)) {
                 (_, Some(None)) => 2,
-                (Some(p), _) if signal.map(|(c, s, _)| (p.chunk, p.step) > (c, s)).unwrap_or(false) => 2,
+                (Some(p), _)
+                    if signal
+                        .map(|(c, s, _)| (p.chunk, p.step) > (c, s))
+                        .unwrap_or(false) =>
+                {
+                    2
+                }
                 _ => 1,
             },
             _ => 1,
@@ -104,7 +114,10 @@ mod tests {
                     }
                 }
                 let v = Sizing::chunk_done_value(c, 1);
-                assert_eq!(decode_signal(WaitKind::ChunkDone, v, k), Some((c, k - 1, 1)));
+                assert_eq!(
+                    decode_signal(WaitKind::ChunkDone, v, k),
+                    Some((c, k - 1, 1))
+                );
             }
         }
         assert_eq!(decode_signal(WaitKind::NextAnnounced, 1, 4), None);
@@ -142,7 +155,10 @@ mod tests {
         }
         let mut recs = recs;
         recs[0] = rec(0, 0, WaitOutcome::Aborted, WaitKind::NewData, 1);
-        assert!(matches!(first_error(&recs, &ring), Some(Error::Aborted { rank: 0, .. })));
+        assert!(matches!(
+            first_error(&recs, &ring),
+            Some(Error::Aborted { rank: 0, .. })
+        ));
         assert!(first_error(&[StatusRecord::default(); 4], &ring).is_none());
     }
 }

@@ -14,12 +14,24 @@ fn every_kernel_entry_is_present() {
 
 #[test]
 fn no_unresolved_functions() {
-    let externs: Vec<&str> = PTX.lines().filter(|l| l.contains(".extern .func")).collect();
+    let externs: Vec<&str> = PTX
+        .lines()
+        .filter(|l| l.contains(".extern .func"))
+        .collect();
     assert!(externs.is_empty(), "unresolved: {externs:?}");
 }
 
 #[test]
 fn targets_the_requested_architecture() {
     let arch = std::env::var("RINGREDUCE_PTX_ARCH").unwrap_or_else(|_| "sm_70".into());
-    assert!(PTX.contains(&format!(".target {arch}")), "PTX is not for {arch}");
+    assert!(
+        PTX.contains(&format!(".target {arch}")),
+        "PTX is not for {arch}"
+    );
+}
+
+#[test]
+fn every_entry_has_launch_bounds() {
+    let entries = PTX.matches(".entry ").count();
+    assert_eq!(PTX.matches(".maxntid 257, 1, 1").count(), entries);
 }

@@ -48,14 +48,31 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
     // to do the same with ours.
     let mut failed = false;
     if tid == 0 {
-        let site = |kind, expected| WaitSite { kind, chunk: 0, step: 0, sub: 0, expected };
-        failed = !wait_until(d, WaitCtx::of(a), a.prev_slot, site(WaitKind::PrevSlotCleared, 0), |v| v == 0);
+        let site = |kind, expected| WaitSite {
+            kind,
+            chunk: 0,
+            step: 0,
+            sub: 0,
+            expected,
+        };
+        failed = !wait_until(
+            d,
+            WaitCtx::of(a),
+            a.prev_slot,
+            site(WaitKind::PrevSlotCleared, 0),
+            |v| v == 0,
+        );
         if !failed {
             // Our own flag resets from the previous collective must be
             // visible before anyone acts on the announcement.
             signal(d, a.prev_slot, a.recv | 1);
-            failed =
-                !wait_until(d, WaitCtx::of(a), a.this_slot, site(WaitKind::NextAnnounced, 1), |v| v != 0);
+            failed = !wait_until(
+                d,
+                WaitCtx::of(a),
+                a.this_slot,
+                site(WaitKind::NextAnnounced, 1),
+                |v| v != 0,
+            );
         }
     }
     failed = d.block_barrier_or(failed);
@@ -83,13 +100,19 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
                         let incoming = (a.this_buffer + slot) as *const T;
                         if step == 0 {
                             let dst = (a.next_buffer + slot) as *mut T;
-                            transfer::<D, T, O, THREADS, COPY>(d, tid, dst, incoming, own, len, aligned, k32);
+                            transfer::<D, T, O, THREADS, COPY>(
+                                d, tid, dst, incoming, own, len, aligned, k32,
+                            );
                         } else if step + 1 < k {
                             let dst = (a.next_buffer + slot) as *mut T;
-                            transfer::<D, T, O, THREADS, REDUCE>(d, tid, dst, incoming, own, len, aligned, k32);
+                            transfer::<D, T, O, THREADS, REDUCE>(
+                                d, tid, dst, incoming, own, len, aligned, k32,
+                            );
                         } else {
                             let dst = (a.recv + off * sz) as *mut T;
-                            transfer::<D, T, O, THREADS, FINAL>(d, tid, dst, incoming, own, len, aligned, k32);
+                            transfer::<D, T, O, THREADS, FINAL>(
+                                d, tid, dst, incoming, own, len, aligned, k32,
+                            );
                         }
                     }
                 }
@@ -130,23 +153,29 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
 /// successor to have drained the previous chunk from that slot, later for
 /// the predecessor's data of the step before.
 #[inline(always)]
-unsafe fn wait_for_slot<D: Device>(
-    d: &D,
-    a: &KernelArgs,
-    c: u64,
-    step: u64,
-    sub: u64,
-) -> bool {
+unsafe fn wait_for_slot<D: Device>(d: &D, a: &KernelArgs, c: u64, step: u64, sub: u64) -> bool {
     if step == 0 {
         if c == 0 {
             return true;
         }
         let want = Sizing::chunk_done_value(c - 1, sub);
-        let site = WaitSite { kind: WaitKind::ChunkDone, chunk: c, step, sub, expected: want };
+        let site = WaitSite {
+            kind: WaitKind::ChunkDone,
+            chunk: c,
+            step,
+            sub,
+            expected: want,
+        };
         wait_until(d, WaitCtx::of(a), a.this_chunk_done, site, |v| v >= want)
     } else {
         let want = Sizing::new_data_value(a.k, c, step - 1, sub);
-        let site = WaitSite { kind: WaitKind::NewData, chunk: c, step, sub, expected: want };
+        let site = WaitSite {
+            kind: WaitKind::NewData,
+            chunk: c,
+            step,
+            sub,
+            expected: want,
+        };
         wait_until(d, WaitCtx::of(a), a.this_new_data, site, |v| v >= want)
     }
 }

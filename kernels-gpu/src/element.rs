@@ -273,7 +273,12 @@ macro_rules! half_element {
     };
 }
 
-half_element!(f16, F16, crate::arch::f16_bits_to_f32, crate::arch::f32_to_f16_bits);
+half_element!(
+    f16,
+    F16,
+    crate::arch::f16_bits_to_f32,
+    crate::arch::f32_to_f16_bits
+);
 half_element!(bf16, Bf16, bf16_bits_to_f32, f32_to_bf16_bits);
 
 #[cfg(test)]

@@ -235,7 +235,10 @@ mod tests {
         assert_eq!(s.chunk_elems, 6 * t);
         assert_eq!(s.num_chunks, n / (6 * t));
         let last = s.slices(s.num_chunks - 1);
-        assert_eq!(last.iter().sum::<u64>(), n - (s.num_chunks - 1) * s.chunk_elems);
+        assert_eq!(
+            last.iter().sum::<u64>(),
+            n - (s.num_chunks - 1) * s.chunk_elems
+        );
         assert!(last[0] * 4 + PACK_BYTES <= s.slot_stride_bytes);
     }
 
@@ -251,13 +254,25 @@ mod tests {
 
     #[test]
     fn errors() {
-        assert_eq!(Sizing::new(0, 1, 4, 1 << 21, 256), Err(PlanError::ZeroRanks));
-        assert_eq!(Sizing::new(2, 1, 3, 1 << 21, 256), Err(PlanError::BadElementSize(3)));
+        assert_eq!(
+            Sizing::new(0, 1, 4, 1 << 21, 256),
+            Err(PlanError::ZeroRanks)
+        );
+        assert_eq!(
+            Sizing::new(2, 1, 3, 1 << 21, 256),
+            Err(PlanError::BadElementSize(3))
+        );
         assert_eq!(
             Sizing::new(64, 1, 4, 1 << 21, 256),
-            Err(PlanError::BufferTooSmall { need: 128 * (32768 + 16), have: 1 << 21 })
+            Err(PlanError::BufferTooSmall {
+                need: 128 * (32768 + 16),
+                have: 1 << 21
+            })
         );
-        assert_eq!(Sizing::new(4, u64::MAX / 8, 8, 1 << 21, 256), Err(PlanError::Overflow));
+        assert_eq!(
+            Sizing::new(4, u64::MAX / 8, 8, 1 << 21, 256),
+            Err(PlanError::Overflow)
+        );
     }
 
     #[test]

@@ -184,14 +184,38 @@ fn combine_pack<T: Element, O: ReduceOp, const MODE: u8>(
 macro_rules! unroll8 {
     ($u:ident => $body:expr) => {
         [
-            { let $u = 0u64; $body },
-            { let $u = 1u64; $body },
-            { let $u = 2u64; $body },
-            { let $u = 3u64; $body },
-            { let $u = 4u64; $body },
-            { let $u = 5u64; $body },
-            { let $u = 6u64; $body },
-            { let $u = 7u64; $body },
+            {
+                let $u = 0u64;
+                $body
+            },
+            {
+                let $u = 1u64;
+                $body
+            },
+            {
+                let $u = 2u64;
+                $body
+            },
+            {
+                let $u = 3u64;
+                $body
+            },
+            {
+                let $u = 4u64;
+                $body
+            },
+            {
+                let $u = 5u64;
+                $body
+            },
+            {
+                let $u = 6u64;
+                $body
+            },
+            {
+                let $u = 7u64;
+                $body
+            },
         ]
     };
 }

@@ -38,7 +38,11 @@ mod tests {
         let table = [[3, 1, 2, 0], [0, 3, 1, 2], [2, 0, 3, 1], [1, 2, 0, 3]];
         for (step, row) in table.iter().enumerate() {
             for (pos, &want) in row.iter().enumerate() {
-                assert_eq!(block_for_step(&ufr, pos as u64, step as u64), want, "step {step} pos {pos}");
+                assert_eq!(
+                    block_for_step(&ufr, pos as u64, step as u64),
+                    want,
+                    "step {step} pos {pos}"
+                );
             }
         }
     }
@@ -51,9 +55,16 @@ mod tests {
             let order: &[u32] = &ufr[..k as usize];
             // Use the identity when the sample is not a permutation of 0..k.
             let ident: [u32; 8] = core::array::from_fn(|i| i as u32);
-            let order = if is_permutation(order) { order } else { &ident[..k as usize] };
+            let order = if is_permutation(order) {
+                order
+            } else {
+                &ident[..k as usize]
+            };
             for pos in 0..k {
-                assert_eq!(block_for_step(order, pos, k - 1), order[pos as usize] as u64);
+                assert_eq!(
+                    block_for_step(order, pos, k - 1),
+                    order[pos as usize] as u64
+                );
                 for step in 1..k {
                     // What pos handles at `step` is what its predecessor
                     // handled at `step - 1`.

@@ -13,9 +13,17 @@ use ringreduce_kernels::ring::{block_for_step, ring_index_for_step};
 fn check_chunk(s: &Sizing, k: u64, c: u64, elem: u64, buffer: u64, off_expected: u64) -> u64 {
     let sl = s.slices(c);
     let mut off = off_expected;
-    assert_eq!(off, c * s.chunk_elems, "chunk {c} starts where the previous ended");
+    assert_eq!(
+        off,
+        c * s.chunk_elems,
+        "chunk {c} starts where the previous ended"
+    );
     for (sub, &len) in sl.iter().enumerate() {
-        assert_eq!((off * elem) % PACK_BYTES, 0, "slice start keeps the residue");
+        assert_eq!(
+            (off * elem) % PACK_BYTES,
+            0,
+            "slice start keeps the residue"
+        );
         for b in [0, k - 1] {
             for residue in [0, PACK_BYTES - elem] {
                 let end = s.slot_offset(b, sub as u64) + residue + len * elem;
@@ -67,7 +75,11 @@ fn check_plan(k: u64, n: u64, elem: u64, buffer: u64, threads: u64) -> Result<()
             let base = Sizing::new(k, 0, elem, buffer, threads).unwrap();
             let c = base.chunk_elems;
             let rem = n % c;
-            let halve = n > c && rem > 0 && n < 5 * c && 2 * rem < c && base.slice_elems >= 2 * base.tile_elems;
+            let halve = n > c
+                && rem > 0
+                && n < 5 * c
+                && 2 * rem < c
+                && base.slice_elems >= 2 * base.tile_elems;
             if halve {
                 prop_assert!(s.chunk_elems < c);
                 prop_assert!(last[0] + last[1] >= s.chunk_elems, "no tiny last chunk");

@@ -146,8 +146,16 @@ impl Backend for CpuBackend {
         let k = self.k();
         let n = spec.n;
         let l = layout(&spec, self.ring(), seed);
-        let send: Vec<HostBuffer<T>> = l.send_init.iter().map(|v| HostBuffer::from_slice(v)).collect();
-        let recv: Vec<HostBuffer<T>> = l.recv_init.iter().map(|v| HostBuffer::from_slice(v)).collect();
+        let send: Vec<HostBuffer<T>> = l
+            .send_init
+            .iter()
+            .map(|v| HostBuffer::from_slice(v))
+            .collect();
+        let recv: Vec<HostBuffer<T>> = l
+            .recv_init
+            .iter()
+            .map(|v| HostBuffer::from_slice(v))
+            .collect();
         let bufs: Vec<CpuBuffers<T>> = (0..k)
             .map(|u| {
                 let so = spec.send_off[u];
@@ -161,7 +169,11 @@ impl Backend for CpuBackend {
             })
             .collect();
         self.comm.reduce_scatter(&bufs, spec.op)?;
-        Ok(Box::new(CpuPending { send, recv, want: l }))
+        Ok(Box::new(CpuPending {
+            send,
+            recv,
+            want: l,
+        }))
     }
     fn sync(&self) -> Result<()> {
         self.comm.synchronize()
@@ -243,7 +255,8 @@ impl Backend for GpuBackend {
                     ));
                 }
             }
-            self.comm.reduce_scatter(&mut bufs, spec.op, &self.streams)?;
+            self.comm
+                .reduce_scatter(&mut bufs, spec.op, &self.streams)?;
         }
         Ok(Box::new(GpuPending {
             streams: self.streams.clone(),

@@ -74,7 +74,9 @@ impl Gen for bf16 {
 /// `k` inputs of `len` elements each.
 pub fn inputs<T: Gen>(seed: u64, k: usize, len: usize) -> Vec<Vec<T>> {
     let mut r = Rng(seed);
-    (0..k).map(|_| (0..len).map(|_| T::gen(&mut r)).collect()).collect()
+    (0..k)
+        .map(|_| (0..len).map(|_| T::gen(&mut r)).collect())
+        .collect()
 }
 
 /// Runs `$body` with `$t` bound to the Rust type of a `DataType`.

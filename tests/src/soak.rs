@@ -23,22 +23,54 @@ macro_rules! pattern_int { ($($t:ty: $s:expr),*) => {$(
     impl Pattern for $t { const SIGNED: bool = $s; fn int(v: i32) -> Self { v as $t } }
 )*}; }
 pattern_int!(i8: true, u8: false, i32: true, u32: false, i64: true, u64: false);
-impl Pattern for f32 { const SIGNED: bool = true; fn int(v: i32) -> Self { v as f32 } }
-impl Pattern for f64 { const SIGNED: bool = true; fn int(v: i32) -> Self { v as f64 } }
-impl Pattern for half::f16 { const SIGNED: bool = true; fn int(v: i32) -> Self { half::f16::from_f32(v as f32) } }
-impl Pattern for half::bf16 { const SIGNED: bool = true; fn int(v: i32) -> Self { half::bf16::from_f32(v as f32) } }
+impl Pattern for f32 {
+    const SIGNED: bool = true;
+    fn int(v: i32) -> Self {
+        v as f32
+    }
+}
+impl Pattern for f64 {
+    const SIGNED: bool = true;
+    fn int(v: i32) -> Self {
+        v as f64
+    }
+}
+impl Pattern for half::f16 {
+    const SIGNED: bool = true;
+    fn int(v: i32) -> Self {
+        half::f16::from_f32(v as f32)
+    }
+}
+impl Pattern for half::bf16 {
+    const SIGNED: bool = true;
+    fn int(v: i32) -> Self {
+        half::bf16::from_f32(v as f32)
+    }
+}
 
 fn f_of<T: Pattern>(j: usize) -> i32 {
     let h = (j as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 59; // 0..31
-    if T::SIGNED { (h % 17) as i32 - 8 } else { (h % 9) as i32 }
+    if T::SIGNED {
+        (h % 17) as i32 - 8
+    } else {
+        (h % 9) as i32
+    }
 }
 fn g_of<T: Pattern>(r: usize) -> i32 {
-    if T::SIGNED { (r % 9) as i32 - 4 } else { (r % 5) as i32 }
+    if T::SIGNED {
+        (r % 9) as i32 - 4
+    } else {
+        (r % 5) as i32
+    }
 }
 fn c_of<T: Pattern>(j: usize) -> i32 {
     let h = ((j as u64).wrapping_mul(0xd1b5_4a32_d192_ed03) >> 61) as i32; // 0..7
     let m = h % 3 + 1;
-    if T::SIGNED && h >= 4 { -m } else { m }
+    if T::SIGNED && h >= 4 {
+        -m
+    } else {
+        m
+    }
 }
 
 /// Rank `r`'s pool value at element `j`.
@@ -64,7 +96,11 @@ pub fn expected<T: Pattern>(op: Op, k: usize, j: usize) -> T {
             for r in 1..k {
                 acc = acc.red_sum(T::int(f + g_of::<T>(r)));
             }
-            if op == Op::Avg { op.finish(acc, k as u32) } else { acc }
+            if op == Op::Avg {
+                op.finish(acc, k as u32)
+            } else {
+                acc
+            }
         }
     }
 }
@@ -239,14 +275,21 @@ mod tests {
                 for op in Op::ALL {
                     let n = 300;
                     let prod = op == Op::Prod;
-                    let inputs: Vec<Vec<T>> =
-                        (0..k).map(|r| (0..k * n).map(|j| pool_value::<T>(prod, k, r, j)).collect()).collect();
+                    let inputs: Vec<Vec<T>> = (0..k)
+                        .map(|r| (0..k * n).map(|j| pool_value::<T>(prod, k, r, j)).collect())
+                        .collect();
                     let refs: Vec<&[T]> = inputs.iter().map(|v| v.as_slice()).collect();
                     let want = reference::reduce_scatter(&refs, &ring, op);
                     for u in 0..k {
                         for i in 0..n {
                             let e = expected::<T>(op, k, u * n + i);
-                            assert_eq!(bytemuck::bytes_of(&e), bytemuck::bytes_of(&want[u][i]), "{} {:?} k={k}", T::DTYPE.name(), op);
+                            assert_eq!(
+                                bytemuck::bytes_of(&e),
+                                bytemuck::bytes_of(&want[u][i]),
+                                "{} {:?} k={k}",
+                                T::DTYPE.name(),
+                                op
+                            );
                         }
                     }
                 }

@@ -22,7 +22,9 @@ fn setup() -> Setup {
     let send = (0..K)
         .map(|r| HostBuffer::from_slice(&(0..K * N).map(|i| (i + r) as f32).collect::<Vec<_>>()))
         .collect();
-    let recv = (0..K).map(|_| HostBuffer::from_slice(&[SENTINEL; N])).collect();
+    let recv = (0..K)
+        .map(|_| HostBuffer::from_slice(&[SENTINEL; N]))
+        .collect();
     Setup { comm, send, recv }
 }
 
@@ -35,19 +37,30 @@ impl Setup {
 
     /// The error, nothing written, and a correct collective afterwards.
     fn expect(&self, bufs: &[CpuBuffers<f32>], check: impl Fn(&Error) -> bool) {
-        let e = self.comm.reduce_scatter(bufs, Op::Sum).expect_err("bad input must fail");
+        let e = self
+            .comm
+            .reduce_scatter(bufs, Op::Sum)
+            .expect_err("bad input must fail");
         assert!(check(&e), "unexpected error: {e}");
         self.comm.synchronize().unwrap();
         for r in &self.recv {
-            assert!(r.to_vec().iter().all(|&x| x == SENTINEL), "a buffer was touched after {e}");
+            assert!(
+                r.to_vec().iter().all(|&x| x == SENTINEL),
+                "a buffer was touched after {e}"
+            );
         }
         for (u, s) in self.send.iter().enumerate() {
-            assert_eq!(s.to_vec(), (0..K * N).map(|i| (i + u) as f32).collect::<Vec<_>>());
+            assert_eq!(
+                s.to_vec(),
+                (0..K * N).map(|i| (i + u) as f32).collect::<Vec<_>>()
+            );
         }
         self.comm.reduce_scatter(&self.good(), Op::Sum).unwrap();
         self.comm.synchronize().unwrap();
         for (u, r) in self.recv.iter().enumerate() {
-            let want: Vec<f32> = (0..N).map(|i| (0..K).map(|j| (u * N + i + j) as f32).sum()).collect();
+            let want: Vec<f32> = (0..N)
+                .map(|i| (0..K).map(|j| (u * N + i + j) as f32).sum())
+                .collect();
             assert_eq!(r.to_vec(), want, "communicator works after {e}");
             r.write(0, &[SENTINEL; N]);
         }
@@ -59,7 +72,9 @@ fn wrong_number_of_pairs() {
     let s = setup();
     let mut b = s.good();
     b.pop();
-    s.expect(&b, |e| matches!(e, Error::WrongBufferCount { got: 2, k: 3 }));
+    s.expect(&b, |e| {
+        matches!(e, Error::WrongBufferCount { got: 2, k: 3 })
+    });
 }
 
 #[test]
@@ -67,7 +82,16 @@ fn send_not_k_times_recv() {
     let s = setup();
     let mut b = s.good();
     b[1] = CpuBuffers::out_of_place(s.send[1].view(0..K * N - 1), s.recv[1].as_view());
-    s.expect(&b, |e| matches!(e, Error::SendLength { rank: 1, send_len: 299, expected: 300 }));
+    s.expect(&b, |e| {
+        matches!(
+            e,
+            Error::SendLength {
+                rank: 1,
+                send_len: 299,
+                expected: 300
+            }
+        )
+    });
 }
 
 #[test]
@@ -75,7 +99,16 @@ fn counts_differ_between_ranks() {
     let s = setup();
     let mut b = s.good();
     b[2] = CpuBuffers::out_of_place(s.send[2].view(0..K * (N - 1)), s.recv[2].view(0..N - 1));
-    s.expect(&b, |e| matches!(e, Error::CountMismatch { rank: 2, got: 99, want: 100 }));
+    s.expect(&b, |e| {
+        matches!(
+            e,
+            Error::CountMismatch {
+                rank: 2,
+                got: 99,
+                want: 100
+            }
+        )
+    });
 }
 
 #[test]
@@ -106,7 +139,10 @@ fn shared_read_only_inputs_are_allowed() {
         .collect();
     s.comm.reduce_scatter(&b, Op::Max).unwrap();
     s.comm.synchronize().unwrap();
-    assert_eq!(s.recv[1].to_vec(), (N..2 * N).map(|i| i as f32).collect::<Vec<_>>());
+    assert_eq!(
+        s.recv[1].to_vec(),
+        (N..2 * N).map(|i| i as f32).collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -114,7 +150,11 @@ fn bad_communicators() {
     assert!(matches!(CpuCommunicator::new(0), Err(Error::ZeroRanks)));
     assert!(matches!(
         CpuCommunicator::with_config(4, CommConfig::default().buffer_bytes(1000)),
-        Err(Error::BufferTooSmall { k: 4, have: 1000, .. })
+        Err(Error::BufferTooSmall {
+            k: 4,
+            have: 1000,
+            ..
+        })
     ));
     assert!(matches!(
         CpuCommunicator::with_config(3, CommConfig::default().ring_order(vec![0, 0, 1])),
@@ -164,7 +204,10 @@ fn byte_sizes_that_overflow() {
         x.recv_len = n;
         x.send_len = n * k as u64;
     }
-    assert!(matches!(validate(&s, k, DataType::F64), Err(Error::Overflow { k: 4, .. })));
+    assert!(matches!(
+        validate(&s, k, DataType::F64),
+        Err(Error::Overflow { k: 4, .. })
+    ));
 }
 
 #[test]
@@ -173,7 +216,11 @@ fn misaligned_addresses() {
     s[1].recv += 2;
     assert!(matches!(
         validate(&s, 2, DataType::F32),
-        Err(Error::Misaligned { rank: 1, which: "recv", .. })
+        Err(Error::Misaligned {
+            rank: 1,
+            which: "recv",
+            ..
+        })
     ));
 }
 
@@ -182,10 +229,15 @@ fn plan_for_k1_is_a_copy_or_nothing() {
     let ring = RingOrder::identity(1);
     let w = [RankWiring::default()];
     let s = spans(1, 10, 4);
-    let p = plan_reduce_scatter(&ring, &w, &s, DataType::F32, 1 << 21, 4, Control::default()).unwrap();
-    assert!(matches!(p, ringreduce::planner::Plan::Copy { bytes: 40, .. }));
+    let p =
+        plan_reduce_scatter(&ring, &w, &s, DataType::F32, 1 << 21, 4, Control::default()).unwrap();
+    assert!(matches!(
+        p,
+        ringreduce::planner::Plan::Copy { bytes: 40, .. }
+    ));
     let mut s = s;
     s[0].recv = s[0].send;
-    let p = plan_reduce_scatter(&ring, &w, &s, DataType::F32, 1 << 21, 4, Control::default()).unwrap();
+    let p =
+        plan_reduce_scatter(&ring, &w, &s, DataType::F32, 1 << 21, 4, Control::default()).unwrap();
     assert_eq!(p, ringreduce::planner::Plan::Nothing);
 }

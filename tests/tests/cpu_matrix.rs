@@ -17,7 +17,13 @@ fn run_all(b: &CpuBackend, cases: &[Case]) -> (usize, usize) {
     let mut elements = 0;
     for c in cases {
         let o = run_case(b, c).unwrap_or_else(|e| panic!("{} {c:?}: {e}", b.name()));
-        assert_eq!(o.wrong, 0, "{}: {c:?}: {} wrong elements", b.name(), o.wrong);
+        assert_eq!(
+            o.wrong,
+            0,
+            "{}: {c:?}: {} wrong elements",
+            b.name(),
+            o.wrong
+        );
         elements += o.elements;
     }
     (cases.len(), elements)
@@ -41,7 +47,10 @@ fn matrix_identity_and_shuffled_rings() {
             total.1 += e;
         }
     }
-    println!("cpu matrix: {} collectives, {} elements, 0 wrong", total.0, total.1);
+    println!(
+        "cpu matrix: {} collectives, {} elements, 0 wrong",
+        total.0, total.1
+    );
 }
 
 /// A staging buffer of a few tiles per slot forces many chunks, the

@@ -6,7 +6,13 @@ use std::time::{Duration, Instant};
 
 fn buffers(k: usize, n: usize) -> (Vec<HostBuffer<f32>>, Vec<HostBuffer<f32>>) {
     let send = (0..k)
-        .map(|r| HostBuffer::from_slice(&(0..k * n).map(|i| ((i * 3 + r) % 11) as f32).collect::<Vec<_>>()))
+        .map(|r| {
+            HostBuffer::from_slice(
+                &(0..k * n)
+                    .map(|i| ((i * 3 + r) % 11) as f32)
+                    .collect::<Vec<_>>(),
+            )
+        })
         .collect();
     let recv = (0..k).map(|_| HostBuffer::zeroed(n)).collect();
     (send, recv)
@@ -40,12 +46,17 @@ fn missing_rank_times_out_and_names_it() {
     let (send, recv) = buffers(k, 50_000);
     let t0 = Instant::now();
     comm.reduce_scatter(&bufs(&send, &recv), Op::Sum).unwrap();
-    let err = comm.synchronize().expect_err("a missing rank must time out");
+    let err = comm
+        .synchronize()
+        .expect_err("a missing rank must time out");
     let took = t0.elapsed();
     println!("missing rank: error after {took:?}: {err}");
     assert!(took < timeout + Duration::from_secs(1), "took {took:?}");
     // The reported error points at the missing rank.
-    assert!(matches!(err, Error::Timeout { peer, .. } if peer == missing), "{err}");
+    assert!(
+        matches!(err, Error::Timeout { peer, .. } if peer == missing),
+        "{err}"
+    );
     // Every launched rank timed out; its neighbours name it.
     let errs = comm.rank_errors();
     let (pred, succ) = comm.ring_order().neighbours(missing);
@@ -54,17 +65,28 @@ fn missing_rank_times_out_and_names_it() {
             assert!(e.is_none());
             continue;
         }
-        let e = e.as_ref().unwrap_or_else(|| panic!("rank {u} reported nothing"));
+        let e = e
+            .as_ref()
+            .unwrap_or_else(|| panic!("rank {u} reported nothing"));
         assert!(matches!(e, Error::Timeout { .. }), "rank {u}: {e}");
         if u == pred {
-            assert!(matches!(e, Error::Timeout { peer, waiting_for: WaitKind::NextAnnounced, .. } if *peer == missing), "{e}");
+            assert!(
+                matches!(e, Error::Timeout { peer, waiting_for: WaitKind::NextAnnounced, .. } if *peer == missing),
+                "{e}"
+            );
         }
         if u == succ {
-            assert!(matches!(e, Error::Timeout { peer, .. } if *peer == missing), "{e}");
+            assert!(
+                matches!(e, Error::Timeout { peer, .. } if *peer == missing),
+                "{e}"
+            );
         }
     }
     // Broken from now on; a new communicator works.
-    assert!(matches!(comm.reduce_scatter(&bufs(&send, &recv), Op::Sum), Err(Error::Broken(_))));
+    assert!(matches!(
+        comm.reduce_scatter(&bufs(&send, &recv), Op::Sum),
+        Err(Error::Broken(_))
+    ));
     assert!(matches!(comm.synchronize(), Err(Error::Broken(_))));
     healthy_again(k);
 }
@@ -72,7 +94,9 @@ fn missing_rank_times_out_and_names_it() {
 #[test]
 fn abort_from_another_thread_ends_every_rank() {
     let k = 4;
-    let comm = CpuCommunicator::with_config(k, CommConfig::default().timeout(Duration::from_secs(60))).unwrap();
+    let comm =
+        CpuCommunicator::with_config(k, CommConfig::default().timeout(Duration::from_secs(60)))
+            .unwrap();
     // A rank that never comes keeps the collective running until aborted.
     comm.withhold_rank(Some(3));
     let (send, recv) = buffers(k, 200_000);
@@ -103,7 +127,9 @@ fn lost_signal_is_a_timeout_naming_the_step() {
     let k = 4;
     let timeout = Duration::from_millis(500);
     // A small staging buffer gives several chunks.
-    let cfg = CommConfig::default().timeout(timeout).buffer_bytes(2 * 4 * (512 + 16));
+    let cfg = CommConfig::default()
+        .timeout(timeout)
+        .buffer_bytes(2 * 4 * (512 + 16));
     let comm = CpuCommunicator::with_config(k, cfg).unwrap();
     let (faulty, chunk, step) = (1usize, 2u64, 1u64);
     comm.inject_lost_signal(faulty, chunk, step);
@@ -113,7 +139,15 @@ fn lost_signal_is_a_timeout_naming_the_step() {
     println!("lost signal: {err}");
     let (_, succ) = comm.ring_order().neighbours(faulty);
     match &err {
-        Error::Timeout { rank, peer, chunk: c, step: s, signal, waiting_for, .. } => {
+        Error::Timeout {
+            rank,
+            peer,
+            chunk: c,
+            step: s,
+            signal,
+            waiting_for,
+            ..
+        } => {
             assert_eq!(*rank, succ);
             assert_eq!(*peer, faulty);
             assert_eq!(*waiting_for, WaitKind::NewData);
@@ -122,7 +156,9 @@ fn lost_signal_is_a_timeout_naming_the_step() {
         }
         e => panic!("expected a timeout, got {e}"),
     }
-    assert!(err.to_string().contains(&format!("chunk {chunk}, step {step}")));
+    assert!(err
+        .to_string()
+        .contains(&format!("chunk {chunk}, step {step}")));
     // Nothing wrong was written where the lost data should have gone.
     healthy_again(k);
 }

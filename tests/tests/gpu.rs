@@ -18,7 +18,13 @@ fn run_all(b: &GpuBackend, cases: &[Case]) -> (usize, usize) {
     let mut elements = 0;
     for c in cases {
         let o = run_case(b, c).unwrap_or_else(|e| panic!("{} {c:?}: {e}", b.name()));
-        assert_eq!(o.wrong, 0, "{}: {c:?}: {} wrong elements", b.name(), o.wrong);
+        assert_eq!(
+            o.wrong,
+            0,
+            "{}: {c:?}: {} wrong elements",
+            b.name(),
+            o.wrong
+        );
         elements += o.elements;
     }
     (cases.len(), elements)
@@ -26,7 +32,9 @@ fn run_all(b: &GpuBackend, cases: &[Case]) -> (usize, usize) {
 
 #[test]
 fn gpu_matrix() {
-    let Some(dev) = gpu_or_skip("gpu_matrix") else { return };
+    let Some(dev) = gpu_or_skip("gpu_matrix") else {
+        return;
+    };
     let mut total = (0, 0);
     for k in [1usize, 2, 3, 4, 8] {
         let b = GpuBackend::new(dev, k, CommConfig::default()).unwrap();
@@ -40,17 +48,24 @@ fn gpu_matrix() {
             total.1 += e;
         }
     }
-    println!("gpu matrix: {} collectives, {} elements, 0 wrong", total.0, total.1);
+    println!(
+        "gpu matrix: {} collectives, {} elements, 0 wrong",
+        total.0, total.1
+    );
 }
 
 #[test]
 fn gpu_small_buffer_many_chunks() {
-    let Some(dev) = gpu_or_skip("gpu_small_buffer_many_chunks") else { return };
+    let Some(dev) = gpu_or_skip("gpu_small_buffer_many_chunks") else {
+        return;
+    };
     let tile_bytes = UNROLL * GPU_THREADS * PACK_BYTES;
     let mut count = 0;
     for (k, tiles) in [(2usize, 3u64), (3, 2), (4, 5), (8, 1)] {
         let buffer = 2 * k as u64 * (tiles * tile_bytes + PACK_BYTES);
-        let cfg = CommConfig::default().buffer_bytes(buffer).ring_order(shuffled(k));
+        let cfg = CommConfig::default()
+            .buffer_bytes(buffer)
+            .ring_order(shuffled(k));
         let b = GpuBackend::new(dev, k, cfg).unwrap();
         for (i, &dtype) in DataType::ALL.iter().enumerate() {
             let tile = (tile_bytes / dtype.size()) as usize;
@@ -61,7 +76,11 @@ fn gpu_small_buffer_many_chunks() {
                     op: Op::ALL[(i + n) % 5],
                     n,
                     in_place: i % 2 == 0,
-                    offsets: if i % 3 == 0 { Offsets::Scattered(i % 4) } else { Offsets::Congruent(i % 4) },
+                    offsets: if i % 3 == 0 {
+                        Offsets::Scattered(i % 4)
+                    } else {
+                        Offsets::Congruent(i % 4)
+                    },
                     seed: (k * 1000 + i) as u64,
                 };
                 let o = run_case(&b, &c).unwrap();
@@ -75,7 +94,9 @@ fn gpu_small_buffer_many_chunks() {
 
 #[test]
 fn gpu_large_counts() {
-    let Some(dev) = gpu_or_skip("gpu_large_counts") else { return };
+    let Some(dev) = gpu_or_skip("gpu_large_counts") else {
+        return;
+    };
     // recvcount * k = elements per rank, up to 2^26.
     let runs: [(usize, DataType, Op, usize, bool); 6] = [
         (4, DataType::F32, Op::Sum, 1 << 24, false),
@@ -87,16 +108,30 @@ fn gpu_large_counts() {
     ];
     for (i, (k, dtype, op, n, in_place)) in runs.into_iter().enumerate() {
         let b = GpuBackend::new(dev, k, CommConfig::default()).unwrap();
-        let c = Case { dtype, op, n, in_place, offsets: Offsets::Congruent(i % 2), seed: i as u64 };
+        let c = Case {
+            dtype,
+            op,
+            n,
+            in_place,
+            offsets: Offsets::Congruent(i % 2),
+            seed: i as u64,
+        };
         let o = run_case(&b, &c).unwrap();
         assert_eq!(o.wrong, 0, "{c:?}");
-        println!("gpu large: k={k} {} {} n={n}: {} elements, 0 wrong", dtype.name(), op.name(), o.elements);
+        println!(
+            "gpu large: k={k} {} {} n={n}: {} elements, 0 wrong",
+            dtype.name(),
+            op.name(),
+            o.elements
+        );
     }
 }
 
 #[test]
 fn gpu_back_to_back_1000() {
-    let Some(dev) = gpu_or_skip("gpu_back_to_back_1000") else { return };
+    let Some(dev) = gpu_or_skip("gpu_back_to_back_1000") else {
+        return;
+    };
     for k in [4usize, 8] {
         let b = GpuBackend::new(dev, k, CommConfig::default().ring_order(shuffled(k))).unwrap();
         let mut rng = Rng(7 + k as u64);

@@ -27,10 +27,25 @@ fn bufs(comm: &Communicator, n: usize) -> Bufs {
     let send = streams
         .iter()
         .enumerate()
-        .map(|(r, s)| s.clone_htod(&(0..k * n).map(|i| ((i * 3 + r) % 11) as f32).collect::<Vec<_>>()).unwrap())
+        .map(|(r, s)| {
+            s.clone_htod(
+                &(0..k * n)
+                    .map(|i| ((i * 3 + r) % 11) as f32)
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap()
+        })
         .collect();
-    let recv = streams.iter().map(|s| s.clone_htod(&vec![SENTINEL; n]).unwrap()).collect();
-    Bufs { streams, send, recv, n }
+    let recv = streams
+        .iter()
+        .map(|s| s.clone_htod(&vec![SENTINEL; n]).unwrap())
+        .collect();
+    Bufs {
+        streams,
+        send,
+        recv,
+        n,
+    }
 }
 
 impl Bufs {
@@ -53,7 +68,9 @@ impl Bufs {
         (0..k).all(|u| {
             let got = self.streams[u].clone_dtoh(&self.recv[u]).unwrap();
             got.iter().enumerate().all(|(i, &g)| {
-                g == (0..k).map(|r| (((u * self.n + i) * 3 + r) % 11) as f32).sum::<f32>()
+                g == (0..k)
+                    .map(|r| (((u * self.n + i) * 3 + r) % 11) as f32)
+                    .sum::<f32>()
             })
         })
     }
@@ -73,27 +90,39 @@ fn after_error(comm: &Communicator, b: &mut Bufs, e: Error, check: impl Fn(&Erro
 
 #[test]
 fn gpu_bad_input() {
-    let Some(dev) = gpu_or_skip("gpu_bad_input") else { return };
+    let Some(dev) = gpu_or_skip("gpu_bad_input") else {
+        return;
+    };
     let k = 3;
     let comm = Communicator::new(dev, k).unwrap();
     let mut b = bufs(&comm, 1000);
     let s = b.streams.clone();
     // Wrong stream count.
     let e = b.run(&comm, &s[..2]).unwrap_err();
-    after_error(&comm, &mut b, e, |e| matches!(e, Error::WrongStreamCount { got: 2, k: 3 }));
+    after_error(&comm, &mut b, e, |e| {
+        matches!(e, Error::WrongStreamCount { got: 2, k: 3 })
+    });
     // One stream shared by two ranks.
     let shared = vec![s[0].clone(), s[0].clone(), s[2].clone()];
     let e = b.run(&comm, &shared).unwrap_err();
-    after_error(&comm, &mut b, e, |e| matches!(e, Error::SharedStream { a: 0, b: 1 }));
+    after_error(&comm, &mut b, e, |e| {
+        matches!(e, Error::SharedStream { a: 0, b: 1 })
+    });
     // The legacy default stream.
     let def = vec![s[0].clone(), comm.context(0).default_stream(), s[2].clone()];
     let e = b.run(&comm, &def).unwrap_err();
-    after_error(&comm, &mut b, e, |e| matches!(e, Error::DefaultStream { rank: 1 }));
+    after_error(&comm, &mut b, e, |e| {
+        matches!(e, Error::DefaultStream { rank: 1 })
+    });
     // Raw pointers: a host address, and a length past the allocation.
     let host = vec![0f32; 3000];
     let raw: Vec<RawBuffers> = (0..k)
         .map(|u| RawBuffers {
-            send: if u == 1 { host.as_ptr() as u64 } else { b.send[u].device_ptr(&s[u]).0 },
+            send: if u == 1 {
+                host.as_ptr() as u64
+            } else {
+                b.send[u].device_ptr(&s[u]).0
+            },
             send_len: 3000,
             recv: b.recv[u].device_ptr(&s[u]).0,
             recv_len: 1000,
@@ -101,7 +130,17 @@ fn gpu_bad_input() {
         .collect();
     // SAFETY: the call must fail validation before touching anything.
     let e = unsafe { comm.reduce_scatter_raw(&raw, DataType::F32, Op::Sum, &s) }.unwrap_err();
-    after_error(&comm, &mut b, e, |e| matches!(e, Error::WrongDevice { rank: 1, which: "send", found: -1, .. }));
+    after_error(&comm, &mut b, e, |e| {
+        matches!(
+            e,
+            Error::WrongDevice {
+                rank: 1,
+                which: "send",
+                found: -1,
+                ..
+            }
+        )
+    });
     let mut raw = raw;
     raw[1].send = b.send[1].device_ptr(&s[1]).0;
     raw[2].recv_len = 1001;
@@ -111,16 +150,26 @@ fn gpu_bad_input() {
         r.send_len = 3003;
     }
     let e = unsafe { comm.reduce_scatter_raw(&raw, DataType::F32, Op::Sum, &s) }.unwrap_err();
-    after_error(&comm, &mut b, e, |e| matches!(e, Error::BufferOutOfBounds { rank: 0, .. }));
+    after_error(&comm, &mut b, e, |e| {
+        matches!(e, Error::BufferOutOfBounds { rank: 0, .. })
+    });
     // More ranks than can be resident.
-    assert!(matches!(Communicator::new(dev, 100_000), Err(Error::TooManyRanks { k: 100_000, .. })));
+    assert!(matches!(
+        Communicator::new(dev, 100_000),
+        Err(Error::TooManyRanks { k: 100_000, .. })
+    ));
     assert!(matches!(Communicator::new(dev, 0), Err(Error::ZeroRanks)));
-    assert!(matches!(Communicator::new(1000, 2), Err(Error::NoSuchDevice { device: 1000, .. })));
+    assert!(matches!(
+        Communicator::new(1000, 2),
+        Err(Error::NoSuchDevice { device: 1000, .. })
+    ));
 }
 
 #[test]
 fn gpu_missing_rank_times_out() {
-    let Some(dev) = gpu_or_skip("gpu_missing_rank_times_out") else { return };
+    let Some(dev) = gpu_or_skip("gpu_missing_rank_times_out") else {
+        return;
+    };
     let (k, missing) = (4, 1);
     let timeout = Duration::from_secs(1);
     let comm = Communicator::with_config(dev, k, CommConfig::default().timeout(timeout)).unwrap();
@@ -143,7 +192,9 @@ fn gpu_missing_rank_times_out() {
         }
     }
     for u in [pred, succ] {
-        assert!(matches!(&comm.rank_errors()[u], Some(Error::Timeout { peer, .. }) if *peer == missing));
+        assert!(
+            matches!(&comm.rank_errors()[u], Some(Error::Timeout { peer, .. }) if *peer == missing)
+        );
     }
     assert!(matches!(comm.synchronize(), Err(Error::Broken(_))));
     drop(comm);
@@ -158,9 +209,16 @@ fn gpu_missing_rank_times_out() {
 
 #[test]
 fn gpu_abort() {
-    let Some(dev) = gpu_or_skip("gpu_abort") else { return };
+    let Some(dev) = gpu_or_skip("gpu_abort") else {
+        return;
+    };
     let k = 4;
-    let comm = Communicator::with_config(dev, k, CommConfig::default().timeout(Duration::from_secs(60))).unwrap();
+    let comm = Communicator::with_config(
+        dev,
+        k,
+        CommConfig::default().timeout(Duration::from_secs(60)),
+    )
+    .unwrap();
     comm.withhold_rank(Some(2));
     let mut b = bufs(&comm, 1 << 24);
     let s = b.streams.clone();
@@ -189,7 +247,9 @@ fn gpu_abort() {
 #[cfg(feature = "fault-injection")]
 #[test]
 fn gpu_lost_signal() {
-    let Some(dev) = gpu_or_skip("gpu_lost_signal") else { return };
+    let Some(dev) = gpu_or_skip("gpu_lost_signal") else {
+        return;
+    };
     let k = 4;
     let cfg = CommConfig::default().timeout(Duration::from_millis(500));
     let comm = Communicator::with_config(dev, k, cfg).unwrap();
@@ -199,33 +259,68 @@ fn gpu_lost_signal() {
     b.run(&comm, &s).unwrap();
     let err = comm.synchronize().expect_err("lost signal");
     println!("gpu lost signal: {err}");
-    assert!(matches!(err, Error::Timeout { peer: 2, signal: Some((1, 2, _)), .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Timeout {
+                peer: 2,
+                signal: Some((1, 2, _)),
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[test]
 fn gpu_poisoned_inputs_match_the_cpu() {
-    let Some(dev) = gpu_or_skip("gpu_poisoned_inputs_match_the_cpu") else { return };
+    let Some(dev) = gpu_or_skip("gpu_poisoned_inputs_match_the_cpu") else {
+        return;
+    };
     let k = 3;
     let n = 4096;
-    let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1.0, -2.5, f32::MAX];
+    let specials = [
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        1.0,
+        -2.5,
+        f32::MAX,
+    ];
     let inputs: Vec<Vec<f32>> = (0..k)
-        .map(|r| (0..k * n).map(|i| specials[(i * 7 + r * 3 + i / 13) % specials.len()]).collect())
+        .map(|r| {
+            (0..k * n)
+                .map(|i| specials[(i * 7 + r * 3 + i / 13) % specials.len()])
+                .collect()
+        })
         .collect();
     let gpu = Communicator::new(dev, k).unwrap();
     let cpu = CpuCommunicator::new(k).unwrap();
     let streams = gpu.new_streams().unwrap();
     for op in Op::ALL {
-        let send: Vec<CudaSlice<f32>> = streams.iter().zip(&inputs).map(|(s, v)| s.clone_htod(v).unwrap()).collect();
-        let mut recv: Vec<CudaSlice<f32>> = streams.iter().map(|s| s.alloc_zeros(n).unwrap()).collect();
+        let send: Vec<CudaSlice<f32>> = streams
+            .iter()
+            .zip(&inputs)
+            .map(|(s, v)| s.clone_htod(v).unwrap())
+            .collect();
+        let mut recv: Vec<CudaSlice<f32>> =
+            streams.iter().map(|s| s.alloc_zeros(n).unwrap()).collect();
         {
-            let mut b: Vec<RsBuffers<'_, f32>> =
-                send.iter().zip(recv.iter_mut()).map(|(s, r)| RsBuffers::out_of_place(s.as_view(), r.as_view_mut())).collect();
+            let mut b: Vec<RsBuffers<'_, f32>> = send
+                .iter()
+                .zip(recv.iter_mut())
+                .map(|(s, r)| RsBuffers::out_of_place(s.as_view(), r.as_view_mut()))
+                .collect();
             gpu.reduce_scatter(&mut b, op, &streams).unwrap();
         }
         gpu.synchronize().unwrap();
         let hs: Vec<HostBuffer<f32>> = inputs.iter().map(|v| HostBuffer::from_slice(v)).collect();
         let hr: Vec<HostBuffer<f32>> = (0..k).map(|_| HostBuffer::zeroed(n)).collect();
-        let cb: Vec<CpuBuffers<f32>> = (0..k).map(|u| CpuBuffers::out_of_place(hs[u].as_view(), hr[u].as_view())).collect();
+        let cb: Vec<CpuBuffers<f32>> = (0..k)
+            .map(|u| CpuBuffers::out_of_place(hs[u].as_view(), hr[u].as_view()))
+            .collect();
         cpu.reduce_scatter(&cb, op).unwrap();
         cpu.synchronize().unwrap();
         for u in 0..k {
@@ -243,7 +338,9 @@ fn gpu_poisoned_inputs_match_the_cpu() {
 /// Small and quick: the workload compute-sanitizer runs.
 #[test]
 fn gpu_sanitize_small() {
-    let Some(dev) = gpu_or_skip("gpu_sanitize_small") else { return };
+    let Some(dev) = gpu_or_skip("gpu_sanitize_small") else {
+        return;
+    };
     let mut count = 0;
     for k in [2usize, 3] {
         let b = GpuBackend::new(dev, k, CommConfig::default()).unwrap();
@@ -254,7 +351,11 @@ fn gpu_sanitize_small() {
                     op: Op::ALL[i % 5],
                     n,
                     in_place: i % 2 == 1,
-                    offsets: if i % 3 == 0 { Offsets::Scattered(1) } else { Offsets::Congruent(i % 4) },
+                    offsets: if i % 3 == 0 {
+                        Offsets::Scattered(1)
+                    } else {
+                        Offsets::Congruent(i % 4)
+                    },
                     seed: i as u64,
                 };
                 assert_eq!(run_case(&b, &c).unwrap().wrong, 0, "{c:?}");
@@ -267,13 +368,26 @@ fn gpu_sanitize_small() {
 
 #[test]
 fn gpu_soak() {
-    let Some(dev) = gpu_or_skip("gpu_soak") else { return };
-    let ops: usize = std::env::var("RINGREDUCE_SOAK_OPS").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
-    let max_count: usize = std::env::var("RINGREDUCE_SOAK_MAX_COUNT").ok().and_then(|s| s.parse().ok()).unwrap_or(1 << 22);
+    let Some(dev) = gpu_or_skip("gpu_soak") else {
+        return;
+    };
+    let ops: usize = std::env::var("RINGREDUCE_SOAK_OPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000);
+    let max_count: usize = std::env::var("RINGREDUCE_SOAK_MAX_COUNT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1 << 22);
     for k in [4usize, 8] {
         let order: Vec<u32> = (0..k as u32).map(|i| (i * 3 + 1) % k as u32).collect();
-        let ring = if ringreduce::RingOrder::new(&order).is_ok() { order } else { (0..k as u32).rev().collect() };
-        let comm = Communicator::with_config(dev, k, CommConfig::default().ring_order(ring)).unwrap();
+        let ring = if ringreduce::RingOrder::new(&order).is_ok() {
+            order
+        } else {
+            (0..k as u32).rev().collect()
+        };
+        let comm =
+            Communicator::with_config(dev, k, CommConfig::default().ring_order(ring)).unwrap();
         let sets: Vec<Vec<Arc<CudaStream>>> = (0..3).map(|_| comm.new_streams().unwrap()).collect();
         let t0 = Instant::now();
         let rep = soak(&comm, &sets, ops, 500, max_count, 11 + k as u64).unwrap();

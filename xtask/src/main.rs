@@ -14,13 +14,24 @@ fn cargo() -> String {
 }
 
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn build_bench() -> PathBuf {
     let st = Command::new(cargo())
         .current_dir(workspace_root())
-        .args(["build", "--release", "--quiet", "-p", "xtask", "--bin", "ringreduce-bench"])
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            "xtask",
+            "--bin",
+            "ringreduce-bench",
+        ])
         .status()
         .expect("running cargo");
     if !st.success() {
@@ -37,7 +48,10 @@ fn main() {
     match args.next().as_deref() {
         Some("bench") => {
             let bin = build_bench();
-            let st = Command::new(bin).args(args).status().expect("running the bench");
+            let st = Command::new(bin)
+                .args(args)
+                .status()
+                .expect("running the bench");
             exit(st.code().unwrap_or(1));
         }
         Some("bundle") => {
@@ -54,7 +68,15 @@ fn main() {
         Some("example") => {
             let st = Command::new(cargo())
                 .current_dir(workspace_root())
-                .args(["run", "--release", "--quiet", "-p", "ringreduce", "--example", "reduce_scatter"])
+                .args([
+                    "run",
+                    "--release",
+                    "--quiet",
+                    "-p",
+                    "ringreduce",
+                    "--example",
+                    "reduce_scatter",
+                ])
                 .status()
                 .expect("running cargo");
             exit(st.code().unwrap_or(1));

@@ -5,13 +5,15 @@ use super::lane::{Lane, OrBarrier};
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
+use crate::hooks::TestHooks;
 use crate::planner::{plan_reduce_scatter, BufferSpan, Control, Plan, RankWiring};
 use crate::ring::RingOrder;
-use crate::hooks::TestHooks;
 use crate::status::{first_error, rank_errors};
 use ringreduce_kernels::algorithm::reduce_scatter;
 use ringreduce_kernels::plan::CPU_THREADS;
-use ringreduce_kernels::{Avg, Element, KernelArgs, Max, Min, Op, Prod, ReduceOp, StatusRecord, Sum};
+use ringreduce_kernels::{
+    Avg, Element, KernelArgs, Max, Min, Op, Prod, ReduceOp, StatusRecord, Sum,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
@@ -22,7 +24,10 @@ use std::time::Instant;
 #[derive(Clone)]
 pub enum CpuBuffers<T> {
     /// `send` holds `k * n` elements, `recv` holds `n`.
-    OutOfPlace { send: HostView<T>, recv: HostView<T> },
+    OutOfPlace {
+        send: HostView<T>,
+        recv: HostView<T>,
+    },
     /// One buffer of `k * n` elements; the result lands in this rank's block.
     InPlace(HostView<T>),
 }
@@ -149,7 +154,13 @@ impl CpuCommunicator {
     }
 
     fn check_broken(&self) -> Result<()> {
-        if let Some(e) = self.inner.broken.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        if let Some(e) = self
+            .inner
+            .broken
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
             return Err(Error::Broken(e.to_string()));
         }
         if let Some(e) = self.status_error() {
@@ -161,7 +172,11 @@ impl CpuCommunicator {
     }
 
     fn status_records(&self) -> Vec<StatusRecord> {
-        self.inner.ranks.iter().map(|r| read_status(&r.status)).collect()
+        self.inner
+            .ranks
+            .iter()
+            .map(|r| read_status(&r.status))
+            .collect()
     }
 
     fn status_error(&self) -> Option<Error> {
@@ -200,7 +215,11 @@ impl CpuCommunicator {
             });
         }
         let control = Control {
-            abort_flag: if self.inner.config.watchdog { self.inner.abort.as_ptr() as u64 } else { 0 },
+            abort_flag: if self.inner.config.watchdog {
+                self.inner.abort.as_ptr() as u64
+            } else {
+                0
+            },
             timeout_ns: self.inner.config.timeout_ns(),
             fault: self.hooks().lost_signal,
         };
@@ -274,9 +293,12 @@ impl CpuCommunicator {
         let (tx, rx) = channel::<()>();
         for rank in 0..self.k() {
             let tx = tx.clone();
-            self.submit(rank, Box::new(move || {
-                let _ = tx.send(());
-            }))?;
+            self.submit(
+                rank,
+                Box::new(move || {
+                    let _ = tx.send(());
+                }),
+            )?;
         }
         drop(tx);
         for _ in 0..self.k() {
@@ -300,14 +322,22 @@ impl CpuCommunicator {
     /// signals. Only effective with the `fault-injection` feature.
     #[doc(hidden)]
     pub fn inject_lost_signal(&self, rank: usize, chunk: u64, step: u64) {
-        self.inner.hooks.lock().unwrap_or_else(|e| e.into_inner()).lost_signal = Some((rank, chunk, step));
+        self.inner
+            .hooks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .lost_signal = Some((rank, chunk, step));
     }
 
     /// Test hook: collectives launch every rank but `rank`, as if its
     /// process never arrived.
     #[doc(hidden)]
     pub fn withhold_rank(&self, rank: Option<usize>) {
-        self.inner.hooks.lock().unwrap_or_else(|e| e.into_inner()).withhold_rank = rank;
+        self.inner
+            .hooks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .withhold_rank = rank;
     }
 
     /// Each user rank's recorded error, if any (for diagnostics: the error

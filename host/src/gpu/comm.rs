@@ -6,9 +6,9 @@ use super::module::Kernels;
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
+use crate::hooks::TestHooks;
 use crate::planner::{plan_reduce_scatter, BufferSpan, Control, Plan, RankWiring};
 use crate::ring::RingOrder;
-use crate::hooks::TestHooks;
 use crate::status::{first_error, rank_errors};
 use cudarc::driver::{result, sys, CudaContext, CudaStream, CudaView, CudaViewMut};
 use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceSlice};
@@ -222,7 +222,13 @@ impl Communicator {
     }
 
     fn check_broken(&self) -> Result<()> {
-        if let Some(e) = self.inner.broken.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        if let Some(e) = self
+            .inner
+            .broken
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
             return Err(Error::Broken(e.to_string()));
         }
         if let Some(e) = first_error(&self.status_records(), &self.inner.ring) {
@@ -361,12 +367,15 @@ impl Communicator {
                     expected,
                 });
             }
-            let shares_device = (0..k).any(|v| v != u && self.inner.ranks[v].ctx.ordinal() == expected);
+            let shares_device =
+                (0..k).any(|v| v != u && self.inner.ranks[v].ctx.ordinal() == expected);
             if shares_device && s.cu_stream().is_null() {
                 return Err(Error::DefaultStream { rank: u });
             }
             for v in 0..u {
-                if streams[v].cu_stream() == s.cu_stream() && streams[v].context().ordinal() == found {
+                if streams[v].cu_stream() == s.cu_stream()
+                    && streams[v].context().ordinal() == found
+                {
                     return Err(Error::SharedStream { a: v, b: u });
                 }
             }
@@ -406,7 +415,11 @@ impl Communicator {
 
     fn control(&self) -> Control {
         Control {
-            abort_flag: if self.inner.config.watchdog { self.inner.host.device } else { 0 },
+            abort_flag: if self.inner.config.watchdog {
+                self.inner.host.device
+            } else {
+                0
+            },
             timeout_ns: self.inner.config.timeout_ns(),
             fault: self.hooks().lost_signal,
         }
@@ -460,7 +473,14 @@ impl Communicator {
         }
     }
 
-    fn launch(&self, u: usize, a: &KernelArgs, dtype: DataType, op: Op, stream: &CudaStream) -> Result<()> {
+    fn launch(
+        &self,
+        u: usize,
+        a: &KernelArgs,
+        dtype: DataType,
+        op: Op,
+        stream: &CudaStream,
+    ) -> Result<()> {
         let f = self.inner.kernels[u].get(dtype, op);
         self.inner.ranks[u].ctx.bind_to_thread()?;
         let mut args = *a;
@@ -506,14 +526,22 @@ impl Communicator {
     /// signals. Only effective with the `fault-injection` feature.
     #[doc(hidden)]
     pub fn inject_lost_signal(&self, rank: usize, chunk: u64, step: u64) {
-        self.inner.hooks.lock().unwrap_or_else(|e| e.into_inner()).lost_signal = Some((rank, chunk, step));
+        self.inner
+            .hooks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .lost_signal = Some((rank, chunk, step));
     }
 
     /// Test hook: collectives launch every rank but `rank`, as if its
     /// process never arrived.
     #[doc(hidden)]
     pub fn withhold_rank(&self, rank: Option<usize>) {
-        self.inner.hooks.lock().unwrap_or_else(|e| e.into_inner()).withhold_rank = rank;
+        self.inner
+            .hooks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .withhold_rank = rank;
     }
 
     /// Each user rank's recorded error, if any (for diagnostics: the error
@@ -552,13 +580,18 @@ fn hand_over(last: &mut Option<Arc<CudaStream>>, next: &Arc<CudaStream>) -> Resu
 }
 
 fn check_residency(ctx: &Arc<CudaContext>, kernels: &Kernels, k: usize) -> Result<()> {
-    let sms = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
+    let sms =
+        ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
     let threads = GPU_THREADS as usize + 1;
     let mut per_sm = usize::MAX;
     for f in kernels.all() {
         // SAFETY: valid function handle.
         let n = unsafe {
-            result::occupancy::max_active_block_per_multiprocessor(f.cu_function(), threads as i32, 0)?
+            result::occupancy::max_active_block_per_multiprocessor(
+                f.cu_function(),
+                threads as i32,
+                0,
+            )?
         };
         per_sm = per_sm.min(n.max(0) as usize);
     }

@@ -11,4 +11,6 @@ mod linker;
 mod nested;
 
 pub use linker::{link_main, parse_link_args, LinkArgs, LinkError};
-pub use nested::{build_ptx, shared_target_dir, PtxBuild, PtxBuildError, ARCH_ENV, DEFAULT_ARCH, LINKER_ENV};
+pub use nested::{
+    build_ptx, shared_target_dir, PtxBuild, PtxBuildError, ARCH_ENV, DEFAULT_ARCH, LINKER_ENV,
+};

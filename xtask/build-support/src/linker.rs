@@ -52,9 +52,9 @@ pub fn parse_link_args<I: IntoIterator<Item = String>>(args: I) -> Result<LinkAr
                 need(&mut it, &a)?;
             }
             "--debug" => {}
-            s if s.starts_with("--target-feature=") => {
-                out.target_features.push(s["--target-feature=".len()..].to_string())
-            }
+            s if s.starts_with("--target-feature=") => out
+                .target_features
+                .push(s["--target-feature=".len()..].to_string()),
             s if s.starts_with("--target-feature") => out.target_features.push(need(&mut it, &a)?),
             s if s.starts_with("-O") => out.opt_level = Some(s[2..].to_string()),
             s if s.starts_with("-L") => {}
@@ -121,7 +121,10 @@ pub fn link(args: &LinkArgs) -> Result<(), LinkError> {
     let optimised = out.with_extension("opt.bc");
 
     let mut c = Command::new(llvm_tool("llvm-link")?);
-    c.arg("--ignore-non-bitcode").args(&args.inputs).arg("-o").arg(&linked);
+    c.arg("--ignore-non-bitcode")
+        .args(&args.inputs)
+        .arg("-o")
+        .arg(&linked);
     run(c, "llvm-link")?;
 
     let mut c = Command::new(llvm_tool("opt")?);
@@ -172,13 +175,32 @@ mod tests {
     #[test]
     fn parses_what_rustc_passes() {
         let a = parse_link_args(s(&[
-            "--export-symbol", "k1", "--export-symbol", "k2", "a.o", "libcore.rlib",
-            "-L", "/x", "--target", "nvptx64-nvidia-cuda", "--target-cpu", "sm_70",
-            "--target-feature=+ptx70", "-L", "/y", "-o", "out.ptx", "-O3", "--debug",
+            "--export-symbol",
+            "k1",
+            "--export-symbol",
+            "k2",
+            "a.o",
+            "libcore.rlib",
+            "-L",
+            "/x",
+            "--target",
+            "nvptx64-nvidia-cuda",
+            "--target-cpu",
+            "sm_70",
+            "--target-feature=+ptx70",
+            "-L",
+            "/y",
+            "-o",
+            "out.ptx",
+            "-O3",
+            "--debug",
         ]))
         .unwrap();
         assert_eq!(a.exports, vec!["k1", "k2"]);
-        assert_eq!(a.inputs, vec![PathBuf::from("a.o"), PathBuf::from("libcore.rlib")]);
+        assert_eq!(
+            a.inputs,
+            vec![PathBuf::from("a.o"), PathBuf::from("libcore.rlib")]
+        );
         assert_eq!(a.target_cpu.as_deref(), Some("sm_70"));
         assert_eq!(a.target_features, vec!["+ptx70"]);
         assert_eq!(a.output, Some(PathBuf::from("out.ptx")));
@@ -187,11 +209,17 @@ mod tests {
 
     #[test]
     fn rejects_missing_output_and_unknown_flags() {
-        assert!(matches!(parse_link_args(s(&["a.o"])), Err(LinkError::Usage(_))));
+        assert!(matches!(
+            parse_link_args(s(&["a.o"])),
+            Err(LinkError::Usage(_))
+        ));
         assert!(matches!(
             parse_link_args(s(&["a.o", "-o", "x", "--frobnicate"])),
             Err(LinkError::Usage(_))
         ));
-        assert!(matches!(parse_link_args(s(&["-o"])), Err(LinkError::Usage(_))));
+        assert!(matches!(
+            parse_link_args(s(&["-o"])),
+            Err(LinkError::Usage(_))
+        ));
     }
 }

@@ -52,7 +52,9 @@ impl std::fmt::Display for PtxBuildError {
                  pinned nightly from rust-toolchain.toml with the rust-src and llvm-tools \
                  components"
             ),
-            PtxBuildError::Missing(p) => write!(f, "the nested build wrote no PTX at {}", p.display()),
+            PtxBuildError::Missing(p) => {
+                write!(f, "the nested build wrote no PTX at {}", p.display())
+            }
         }
     }
 }
@@ -103,7 +105,14 @@ pub fn build_ptx(b: &PtxBuild) -> Result<PathBuf, PtxBuildError> {
     cmd.arg("rustc")
         .arg("--manifest-path")
         .arg(b.kernel_crate.join("Cargo.toml"))
-        .args(["--lib", "--release", "--crate-type", "cdylib", "--target", TARGET])
+        .args([
+            "--lib",
+            "--release",
+            "--crate-type",
+            "cdylib",
+            "--target",
+            TARGET,
+        ])
         .arg("-Zbuild-std=core")
         .arg("--target-dir")
         .arg(&b.target_dir);
@@ -150,7 +159,10 @@ mod tests {
     fn target_dir_sits_beside_the_profile_dirs() {
         std::env::remove_var("CARGO_TARGET_DIR");
         let out = Path::new("/w/target/debug/build/ringreduce-abc/out");
-        assert_eq!(shared_target_dir(out), PathBuf::from("/w/target/ringreduce-ptx"));
+        assert_eq!(
+            shared_target_dir(out),
+            PathBuf::from("/w/target/ringreduce-ptx")
+        );
         let out = Path::new("/w/target/x86_64-unknown-linux-gnu/release/build/r-1/out");
         assert_eq!(
             shared_target_dir(out),

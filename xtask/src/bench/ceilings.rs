@@ -2,7 +2,9 @@
 //! the same process before it starts.
 
 use super::report::Ceilings;
-use cudarc::driver::{sys, CudaContext, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    sys, CudaContext, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
+};
 use ringreduce::gpu::module::{module_for, COPY_BLOCK_KERNEL, COPY_GRID_KERNEL, PINGPONG_KERNEL};
 use ringreduce::kernels::plan::GPU_THREADS;
 use std::sync::Arc;
@@ -38,14 +40,19 @@ pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> ringreduce::Result<Ce
     let module = module_for(ctx)?;
     let stream = ctx.new_stream()?;
     let words = (copy_bytes / 8) as usize;
-    let src = stream.clone_htod(&(0..words as u64).map(|i| i.wrapping_mul(0x9e37_79b9)).collect::<Vec<_>>())?;
+    let src = stream.clone_htod(
+        &(0..words as u64)
+            .map(|i| i.wrapping_mul(0x9e37_79b9))
+            .collect::<Vec<_>>(),
+    )?;
     let mut dst = stream.alloc_zeros::<u64>(words)?;
     let (sp, _g1) = src.device_ptr(&stream);
     let (dp, _g2) = dst.device_ptr_mut(&stream);
     let n = words as u64;
     let threads = GPU_THREADS as u32 + 1;
 
-    let sms = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+    let sms =
+        ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
     let grid = module.load_function(COPY_GRID_KERNEL)?;
     let grid_cfg = LaunchConfig {
         grid_dim: (sms * 8, 1, 1),

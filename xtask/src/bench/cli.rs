@@ -139,14 +139,43 @@ mod tests {
     #[test]
     fn parses_nccl_tests_flags() {
         let a = BenchArgs::try_parse_from([
-            "b", "-b", "8", "-e", "1G", "-f", "4", "-g", "4", "-d", "f32", "-o", "sum", "-n", "7",
-            "-w", "2", "-c", "0", "-z", "1", "--buffsize", "4M", "--ring-order", "1,2,0,3",
+            "b",
+            "-b",
+            "8",
+            "-e",
+            "1G",
+            "-f",
+            "4",
+            "-g",
+            "4",
+            "-d",
+            "f32",
+            "-o",
+            "sum",
+            "-n",
+            "7",
+            "-w",
+            "2",
+            "-c",
+            "0",
+            "-z",
+            "1",
+            "--buffsize",
+            "4M",
+            "--ring-order",
+            "1,2,0,3",
         ])
         .unwrap();
-        assert_eq!((a.min_bytes, a.max_bytes, a.factor, a.ranks), (8, 1 << 30, 4, 4));
+        assert_eq!(
+            (a.min_bytes, a.max_bytes, a.factor, a.ranks),
+            (8, 1 << 30, 4, 4)
+        );
         assert_eq!(a.dtypes().unwrap(), vec![DataType::F32]);
         assert_eq!(a.ops().unwrap(), vec![Op::Sum]);
-        assert_eq!((a.iters, a.warmup, a.check, a.blocking), (7, 2, false, true));
+        assert_eq!(
+            (a.iters, a.warmup, a.check, a.blocking),
+            (7, 2, false, true)
+        );
         assert_eq!(a.buffsize, 4 << 20);
         assert_eq!(a.ring_order, Some(vec![1, 2, 0, 3]));
         let a = BenchArgs::try_parse_from(["b", "-d", "all", "-o", "all"]).unwrap();

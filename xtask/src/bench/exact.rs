@@ -49,7 +49,8 @@ impl FromSmall for bf16 {
 }
 
 fn mix(seed: u64, r: u64, i: u64) -> u64 {
-    let mut z = seed ^ r.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ i.wrapping_mul(0xd1b5_4a32_d192_ed03);
+    let mut z =
+        seed ^ r.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ i.wrapping_mul(0xd1b5_4a32_d192_ed03);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)

@@ -2,7 +2,9 @@
 
 /// The collectives the runner knows. Only reduce-scatter exists today; the
 /// others will get their factors here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Collective {
     ReduceScatter,

@@ -30,7 +30,9 @@ pub fn availability(ranks: usize, devices: usize, gpu: bool) -> Result<(), Strin
     }
     // SAFETY: only tries to load the library.
     if !unsafe { cudarc::nccl::sys::is_culib_present() } {
-        return Err("skipped: libnccl.so could not be loaded (see the bench's docs for the symlink)".into());
+        return Err(
+            "skipped: libnccl.so could not be loaded (see the bench's docs for the symlink)".into(),
+        );
     }
     Ok(())
 }
@@ -169,11 +171,22 @@ fn point<T: RsElement + FromSmall>(
     let mut send: Vec<CudaSlice<T>> = Vec::new();
     let mut recv: Vec<CudaSlice<T>> = Vec::new();
     for (u, s) in streams.iter().enumerate() {
-        send.push(s.clone_htod(&super::exact::fill::<T>(p.op, k, u, (n * k).max(1), 7)).map_err(e)?);
+        send.push(
+            s.clone_htod(&super::exact::fill::<T>(p.op, k, u, (n * k).max(1), 7))
+                .map_err(e)?,
+        );
         recv.push(s.alloc_zeros::<T>(n.max(1)).map_err(e)?);
     }
-    let sp: Vec<u64> = send.iter().zip(streams).map(|(b, s)| b.device_ptr(s).0).collect();
-    let rp: Vec<u64> = recv.iter().zip(streams).map(|(b, s)| b.device_ptr(s).0).collect();
+    let sp: Vec<u64> = send
+        .iter()
+        .zip(streams)
+        .map(|(b, s)| b.device_ptr(s).0)
+        .collect();
+    let rp: Vec<u64> = recv
+        .iter()
+        .zip(streams)
+        .map(|(b, s)| b.device_ptr(s).0)
+        .collect();
     let op = nccl_op(p.op);
     let dt = nccl_type(p.dtype);
     let mut out = [None, None];
@@ -186,7 +199,11 @@ fn point<T: RsElement + FromSmall>(
             nresult::group_start().map_err(|e| format!("{e:?}"))?;
             for u in 0..k {
                 // NCCL's in-place layout: recv = send + rank * recvcount.
-                let dst = if in_place { sp[u] + u as u64 * n as u64 * sz } else { rp[u] };
+                let dst = if in_place {
+                    sp[u] + u as u64 * n as u64 * sz
+                } else {
+                    rp[u]
+                };
                 // SAFETY: device buffers of k*n and n elements on rank u's device.
                 unsafe {
                     nresult::reduce_scatter(
@@ -211,7 +228,11 @@ fn point<T: RsElement + FromSmall>(
             s.synchronize().map_err(e)?;
         }
         let t = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
-        let starts: Vec<_> = streams.iter().map(|s| s.record_event(t)).collect::<Result<_, _>>().map_err(e)?;
+        let starts: Vec<_> = streams
+            .iter()
+            .map(|s| s.record_event(t))
+            .collect::<Result<_, _>>()
+            .map_err(e)?;
         for _ in 0..args.iters {
             once()?;
             if args.blocking {
@@ -220,13 +241,24 @@ fn point<T: RsElement + FromSmall>(
                 }
             }
         }
-        let stops: Vec<_> = streams.iter().map(|s| s.record_event(t)).collect::<Result<_, _>>().map_err(e)?;
+        let stops: Vec<_> = streams
+            .iter()
+            .map(|s| s.record_event(t))
+            .collect::<Result<_, _>>()
+            .map_err(e)?;
         let mut worst = 0.0f64;
         for (a, b) in starts.iter().zip(&stops) {
             b.synchronize().map_err(e)?;
             worst = worst.max(a.elapsed_ms(b).map_err(e)? as f64 * 1e3);
         }
-        out[pi] = Some(perf(args.collective, k, p, worst / args.iters.max(1) as f64, None, ceiling));
+        out[pi] = Some(perf(
+            args.collective,
+            k,
+            p,
+            worst / args.iters.max(1) as f64,
+            None,
+            ceiling,
+        ));
     }
     let [oop, ip] = out;
     Ok(Row {
@@ -254,7 +286,13 @@ fn zero() -> Perf {
 pub fn ratio_table(ours: &[Row], nccl: &[Row]) -> String {
     let mut s = String::from("# ringreduce / NCCL busbw (out-of-place, in-place):\n");
     for (a, b) in ours.iter().zip(nccl) {
-        let r = |x: f64, y: f64| if y > 0.0 { format!("{:6.3}", x / y) } else { format!("{:>6}", "-") };
+        let r = |x: f64, y: f64| {
+            if y > 0.0 {
+                format!("{:6.3}", x / y)
+            } else {
+                format!("{:>6}", "-")
+            }
+        };
         s.push_str(&format!(
             "#{:>11}  {:>8}  {:>6}  {}  {}\n",
             a.size,

@@ -49,7 +49,10 @@ pub fn draw(r: &Report, path: &Path) -> Result<(), String> {
         .x_label_formatter(&|v| human(*v))
         .draw()
         .map_err(|x| e(&x))?;
-    let mut keys: Vec<(String, String)> = rows.iter().map(|x| (x.dtype.clone(), x.op.clone())).collect();
+    let mut keys: Vec<(String, String)> = rows
+        .iter()
+        .map(|x| (x.dtype.clone(), x.op.clone()))
+        .collect();
     keys.dedup();
     let mut color = 0usize;
     for (label, set) in [("ringreduce", &r.rows), ("NCCL", &r.nccl_rows)] {
@@ -58,7 +61,16 @@ pub fn draw(r: &Report, path: &Path) -> Result<(), String> {
                 let pts: Vec<(f64, f64)> = set
                     .iter()
                     .filter(|x| &x.dtype == d && &x.op == o && x.size > 0)
-                    .map(|x| (x.size as f64, if ip { x.in_place.busbw } else { x.out_of_place.busbw }))
+                    .map(|x| {
+                        (
+                            x.size as f64,
+                            if ip {
+                                x.in_place.busbw
+                            } else {
+                                x.out_of_place.busbw
+                            },
+                        )
+                    })
                     .collect();
                 if pts.is_empty() {
                     continue;
@@ -69,7 +81,9 @@ pub fn draw(r: &Report, path: &Path) -> Result<(), String> {
                     .draw_series(LineSeries::new(pts, c.stroke_width(2)))
                     .map_err(|x| e(&x))?
                     .label(format!("{label} {d} {o} {place}"))
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
+                    });
             }
         }
     }
@@ -80,7 +94,10 @@ pub fn draw(r: &Report, path: &Path) -> Result<(), String> {
         ] {
             if v <= ymax {
                 chart
-                    .draw_series(LineSeries::new(vec![(min, v), (max * 1.5, v)], col.stroke_width(1)))
+                    .draw_series(LineSeries::new(
+                        vec![(min, v), (max * 1.5, v)],
+                        col.stroke_width(1),
+                    ))
                     .map_err(|x| e(&x))?
                     .label(format!("{name}: {v:.1} GB/s"))
                     .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col));

@@ -30,16 +30,46 @@ macro_rules! with_elem {
     ($dtype:expr, $t:ident => $body:expr) => {{
         use ringreduce::DataType as D;
         match $dtype {
-            D::I8 => { type $t = i8; $body }
-            D::U8 => { type $t = u8; $body }
-            D::I32 => { type $t = i32; $body }
-            D::U32 => { type $t = u32; $body }
-            D::I64 => { type $t = i64; $body }
-            D::U64 => { type $t = u64; $body }
-            D::F16 => { type $t = half::f16; $body }
-            D::Bf16 => { type $t = half::bf16; $body }
-            D::F32 => { type $t = f32; $body }
-            D::F64 => { type $t = f64; $body }
+            D::I8 => {
+                type $t = i8;
+                $body
+            }
+            D::U8 => {
+                type $t = u8;
+                $body
+            }
+            D::I32 => {
+                type $t = i32;
+                $body
+            }
+            D::U32 => {
+                type $t = u32;
+                $body
+            }
+            D::I64 => {
+                type $t = i64;
+                $body
+            }
+            D::U64 => {
+                type $t = u64;
+                $body
+            }
+            D::F16 => {
+                type $t = half::f16;
+                $body
+            }
+            D::Bf16 => {
+                type $t = half::bf16;
+                $body
+            }
+            D::F32 => {
+                type $t = f32;
+                $body
+            }
+            D::F64 => {
+                type $t = f64;
+                $body
+            }
         }
     }};
 }
@@ -71,7 +101,14 @@ pub fn points(args: &BenchArgs, sizes: &[u64]) -> Result<Vec<Point>, String> {
     Ok(v)
 }
 
-pub fn perf(coll: Collective, k: usize, p: &Point, time_us: f64, wrong: Option<u64>, ceiling: Option<f64>) -> Perf {
+pub fn perf(
+    coll: Collective,
+    k: usize,
+    p: &Point,
+    time_us: f64,
+    wrong: Option<u64>,
+    ceiling: Option<f64>,
+) -> Perf {
     let bytes = coll.bytes_for(p.count, p.dtype.size(), k);
     let bus = busbw(coll, k, bytes, time_us);
     Perf {
@@ -133,8 +170,8 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
     }
     let sizes = sweep(min, max, args.factor, args.increment)?;
     let pts = points(args, &sizes)?;
-    let ring = RingOrder::for_ranks(args.ring_order.as_deref(), args.ranks)
-        .map_err(|e| e.to_string())?;
+    let ring =
+        RingOrder::for_ranks(args.ring_order.as_deref(), args.ranks).map_err(|e| e.to_string())?;
     let config = CommConfig::default()
         .buffer_bytes(args.buffsize)
         .ring_order(ring.user_from_ring().to_vec())
@@ -255,9 +292,13 @@ fn gpu_sweep(
     while i < pts.len() {
         // Points come grouped by type; allocate once per type.
         let dtype = pts[i].dtype;
-        let j = pts[i..].iter().position(|p| p.dtype != dtype).map_or(pts.len(), |x| i + x);
+        let j = pts[i..]
+            .iter()
+            .position(|p| p.dtype != dtype)
+            .map_or(pts.len(), |x| i + x);
         let group = &pts[i..j];
-        let r = with_elem!(dtype, T => gpu_type_sweep::<T>(args, comm, streams, group, ceiling, &pb));
+        let r =
+            with_elem!(dtype, T => gpu_type_sweep::<T>(args, comm, streams, group, ceiling, &pb));
         rows.extend(r.map_err(|e| e.to_string())?);
         i = j;
     }
@@ -276,7 +317,12 @@ fn gpu_type_sweep<T: RsElement + FromSmall>(
     let k = comm.k();
     let sz = std::mem::size_of::<T>() as u64;
     let max_count = pts.iter().map(|p| p.count).max().unwrap_or(0);
-    let max_bytes = pts.iter().map(|p| p.size).max().unwrap_or(0).max(max_count * k as u64 * sz);
+    let max_bytes = pts
+        .iter()
+        .map(|p| p.size)
+        .max()
+        .unwrap_or(0)
+        .max(max_count * k as u64 * sz);
     let send_len = (max_bytes / sz).max(k as u64 * max_count).max(1) as usize;
     let recv_len = (send_len / k).max(1);
     let mut send: Vec<CudaSlice<T>> = Vec::with_capacity(k);
@@ -305,7 +351,10 @@ fn gpu_type_sweep<T: RsElement + FromSmall>(
                             RsBuffers::in_place(s.slice_mut(so..so + n * k))
                         } else {
                             let ro = (sh * n).min(recv_len - n);
-                            RsBuffers::out_of_place(s.slice(so..so + n * k), r.slice_mut(ro..ro + n))
+                            RsBuffers::out_of_place(
+                                s.slice(so..so + n * k),
+                                r.slice_mut(ro..ro + n),
+                            )
                         }
                     })
                     .collect();
@@ -339,7 +388,9 @@ fn gpu_type_sweep<T: RsElement + FromSmall>(
             let us = if args.blocking { host_us } else { ev_us };
             timed[pi] = us / args.iters.max(1) as f64;
             if args.check {
-                wrong[pi] = Some(gpu_check::<T>(comm, streams, &mut send, &mut recv, n, p.op, in_place)?);
+                wrong[pi] = Some(gpu_check::<T>(
+                    comm, streams, &mut send, &mut recv, n, p.op, in_place,
+                )?);
             }
         }
         let row = Row {
@@ -424,7 +475,8 @@ fn cpu_sweep(args: &BenchArgs, comm: &CpuCommunicator, pts: &[Point]) -> Result<
     let mut rows = Vec::new();
     for p in pts {
         pb.set_message(format!("{} {} {}B", p.dtype.name(), p.op.name(), p.size));
-        let row = with_elem!(p.dtype, T => cpu_point::<T>(args, comm, p)).map_err(|e| e.to_string())?;
+        let row =
+            with_elem!(p.dtype, T => cpu_point::<T>(args, comm, p)).map_err(|e| e.to_string())?;
         pb.suspend(|| println!("{}", table::row(&row)));
         rows.push(row);
         pb.inc(1);

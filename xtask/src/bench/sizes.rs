@@ -18,7 +18,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .trim()
         .parse()
         .map_err(|_| format!("not a size: {s:?} (use e.g. 8, 64K, 256M, 1G)"))?;
-    v.checked_mul(mult).ok_or_else(|| format!("size {s:?} overflows"))
+    v.checked_mul(mult)
+        .ok_or_else(|| format!("size {s:?} overflows"))
 }
 
 /// The sizes of a sweep from `min` to `max` inclusive: multiplied by

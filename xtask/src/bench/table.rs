@@ -40,7 +40,12 @@ fn fmt_ratio(p: &Perf) -> String {
 /// nccl-tests' own.
 pub fn header(ceiling: &str) -> String {
     let mut s = String::new();
-    writeln!(s, "#{:>62}{:>35}{:>20}", "out-of-place", "in-place", "busbw / ceiling").unwrap();
+    writeln!(
+        s,
+        "#{:>62}{:>35}{:>20}",
+        "out-of-place", "in-place", "busbw / ceiling"
+    )
+    .unwrap();
     writeln!(
         s,
         "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>6}  {:>6}",
@@ -116,11 +121,23 @@ pub fn preamble(r: &Report) -> String {
     writeln!(
         s,
         "# ringreduce {} {}: nRanks {} iters {} warmup {} blocking {} buffsize {} ring {:?}",
-        r.version, r.collective, r.ranks, r.iters, r.warmup, r.blocking as u8, r.buffsize, r.ring_order
+        r.version,
+        r.collective,
+        r.ranks,
+        r.iters,
+        r.warmup,
+        r.blocking as u8,
+        r.buffsize,
+        r.ring_order
     )
     .unwrap();
     writeln!(s, "# Command: {}", r.command_line.join(" ")).unwrap();
-    writeln!(s, "# Device: {} (driver {}), execution: {}", r.device, r.driver_version, r.execution).unwrap();
+    writeln!(
+        s,
+        "# Device: {} (driver {}), execution: {}",
+        r.device, r.driver_version, r.execution
+    )
+    .unwrap();
     s
 }
 
@@ -178,6 +195,9 @@ mod tests {
         // The header's unit line lines up with the row columns.
         let h = header("1-block copy");
         let units = h.lines().nth(2).unwrap();
-        assert_eq!(units.find("(us)").unwrap() + 4, got[1].find("2345.7").unwrap() + 7);
+        assert_eq!(
+            units.find("(us)").unwrap() + 4,
+            got[1].find("2345.7").unwrap() + 7
+        );
     }
 }
