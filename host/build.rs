@@ -49,8 +49,11 @@ fn main() {
         }
     };
     let text = std::fs::read_to_string(&ptx).expect("read PTX");
-    std::fs::write(out_dir.join("kernels.ptx"), with_max_threads(&text, MAX_THREADS))
-        .expect("write PTX into OUT_DIR");
+    std::fs::write(
+        out_dir.join("kernels.ptx"),
+        with_max_threads(&text, MAX_THREADS),
+    )
+    .expect("write PTX into OUT_DIR");
 }
 
 /// Threads per block of every kernel: 256 producers and the signaller.

@@ -97,33 +97,56 @@ pub enum Error {
     DefaultStream { rank: usize },
     #[error("the byte size of {k} ranks x {recvcount} elements x {size} B overflows 64 bits")]
     Overflow { k: usize, recvcount: u64, size: u64 },
-    #[error(
-        "rank {rank} (ring position {ring_pos}) timed out after {waited_ms} ms at chunk {chunk}, \
-         step {step}, subchunk {sub}, waiting for {what} from rank {peer}{} (flag expected \
-         {expected}, saw {seen})",
-        signal.map(|(c, s, b)| format!(" for its chunk {c}, step {s}, subchunk {b}")).unwrap_or_default()
-    )]
-    Timeout {
-        rank: usize,
-        ring_pos: usize,
-        chunk: u64,
-        step: u64,
-        sub: u64,
-        waiting_for: WaitKind,
-        what: &'static str,
-        peer: usize,
-        expected: u64,
-        seen: u64,
-        /// The peer's (chunk, step, subchunk) whose signal never came.
-        signal: Option<(u64, u64, u64)>,
-        waited_ms: u64,
-    },
+    /// A rank gave up waiting; boxed so that `Result<T, Error>` stays small.
+    #[error("{0}")]
+    Timeout(Box<TimeoutInfo>),
     #[error(
         "the collective was aborted (first seen by rank {rank} at chunk {chunk}, step {step})"
     )]
     Aborted { rank: usize, chunk: u64, step: u64 },
     #[error("the communicator is broken by an earlier error ({0}); create a new one")]
     Broken(String),
+}
+
+/// Which rank timed out, where in the protocol, and on what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimeoutInfo {
+    pub rank: usize,
+    pub ring_pos: usize,
+    pub chunk: u64,
+    pub step: u64,
+    pub sub: u64,
+    pub waiting_for: WaitKind,
+    pub what: &'static str,
+    /// The user rank that should have written the flag.
+    pub peer: usize,
+    pub expected: u64,
+    pub seen: u64,
+    /// The peer's (chunk, step, subchunk) whose signal never came.
+    pub signal: Option<(u64, u64, u64)>,
+    pub waited_ms: u64,
+}
+
+impl std::fmt::Display for TimeoutInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "rank {} (ring position {}) timed out after {} ms at chunk {}, step {}, subchunk {}, \
+             waiting for {} from rank {}",
+            self.rank,
+            self.ring_pos,
+            self.waited_ms,
+            self.chunk,
+            self.step,
+            self.sub,
+            self.what,
+            self.peer
+        )?;
+        if let Some((c, s, b)) = self.signal {
+            write!(f, " for its chunk {c}, step {s}, subchunk {b}")?;
+        }
+        write!(f, " (flag expected {}, saw {})", self.expected, self.seen)
+    }
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

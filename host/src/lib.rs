@@ -39,7 +39,7 @@ pub mod status;
 pub use config::CommConfig;
 pub use cpu::{CpuBuffers, CpuCommunicator, HostBuffer, HostView};
 pub use element::{DataType, Element, RsElement};
-pub use error::{Error, Result};
+pub use error::{Error, Result, TimeoutInfo};
 pub use gpu::{Communicator, RawBuffers, RsBuffers};
 pub use ring::RingOrder;
 pub use ringreduce_kernels as kernels;

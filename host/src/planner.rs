@@ -29,22 +29,12 @@ pub struct RankWiring {
 }
 
 /// Communicator-wide settings that go into every rank's arguments.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Control {
     pub abort_flag: u64,
     pub timeout_ns: u64,
     /// Test hook: (chunk, step) from which rank `fault_rank` drops signals.
     pub fault: Option<(usize, u64, u64)>,
-}
-
-impl Default for Control {
-    fn default() -> Self {
-        Control {
-            abort_flag: 0,
-            timeout_ns: 0,
-            fault: None,
-        }
-    }
 }
 
 /// What a collective turns into.

@@ -1,7 +1,7 @@
 //! Turning a rank's status record into an error that says who was stuck
 //! and on what.
 
-use crate::error::Error;
+use crate::error::{Error, TimeoutInfo};
 use crate::ring::RingOrder;
 use ringreduce_kernels::plan::NUM_SUBCHUNKS;
 use ringreduce_kernels::{StatusRecord, WaitKind, WaitOutcome};
@@ -34,7 +34,7 @@ pub fn error_from_record(rec: &StatusRecord, ring: &RingOrder) -> Option<Error> 
         }),
         WaitOutcome::TimedOut => {
             let (pred, succ) = ring.neighbours(rank);
-            Some(Error::Timeout {
+            Some(Error::Timeout(Box::new(TimeoutInfo {
                 rank,
                 ring_pos: rec.ring_pos as usize,
                 chunk: rec.chunk,
@@ -51,7 +51,7 @@ pub fn error_from_record(rec: &StatusRecord, ring: &RingOrder) -> Option<Error> 
                 seen: rec.seen,
                 signal: decode_signal(kind, rec.expected, ring.len() as u64),
                 waited_ms: rec.waited_ns / 1_000_000,
-            })
+            })))
         }
     }
 }
@@ -69,10 +69,10 @@ pub fn first_error(recs: &[StatusRecord], ring: &RingOrder) -> Option<Error> {
         let Some(e) = e else { continue };
         let score = match e {
             Error::Aborted { .. } => 3,
-            Error::Timeout { peer, signal, .. } => match (recs.get(*peer), errs.get(*peer)) {
+            Error::Timeout(t) => match (recs.get(t.peer), errs.get(t.peer)) {
                 (_, Some(None)) => 2,
                 (Some(p), _)
-                    if signal
+                    if t.signal
                         .map(|(c, s, _)| (p.chunk, p.step) > (c, s))
                         .unwrap_or(false) =>
                 {
@@ -147,9 +147,9 @@ mod tests {
             rec(3, 3, WaitOutcome::TimedOut, WaitKind::NewData, 2_000),
         ];
         match first_error(&recs, &ring) {
-            Some(Error::Timeout { peer, rank, .. }) => {
-                assert_eq!(peer, 2);
-                assert_eq!(rank, 3, "the longer of the two waits on rank 2");
+            Some(Error::Timeout(t)) => {
+                assert_eq!(t.peer, 2);
+                assert_eq!(t.rank, 3, "the longer of the two waits on rank 2");
             }
             e => panic!("{e:?}"),
         }

@@ -73,7 +73,7 @@ pub unsafe fn wait_until<D: Device, F: Fn(u64) -> bool>(
             return true;
         }
         polls = polls.wrapping_add(1);
-        if polls % POLLS_PER_CHECK == 0 {
+        if polls.is_multiple_of(POLLS_PER_CHECK) {
             let now = d.now_ns();
             if start == 0 {
                 start = now.max(1);

@@ -142,7 +142,7 @@ proptest! {
         let s0 = base[0] * elem;
         let ranks: Vec<(u64, u64, u64)> = (0..k).map(|u| {
             let send = if same { 4096 * (u + 1) + s0 } else { 4096 * (u + 1) + base[u as usize] * elem };
-            let recv = 1 << 30 | (send + u * n * elem) % PACK_BYTES;
+            let recv = (1 << 30) | ((send + u * n * elem) % PACK_BYTES);
             (u, send, recv)
         }).collect();
         match common_residue(ranks.iter().copied(), n, elem) {

@@ -83,7 +83,7 @@ pub fn matrix(k: usize, counts: &[usize], stride: usize) -> Vec<Case> {
         for (di, &dtype) in DataType::ALL.iter().enumerate() {
             for (oi, &op) in Op::ALL.iter().enumerate() {
                 i += 1;
-                if (di * 5 + oi + ci * 7 + k) % stride != 0 {
+                if !(di * 5 + oi + ci * 7 + k).is_multiple_of(stride) {
                     continue;
                 }
                 let o = i % 4;
@@ -91,8 +91,8 @@ pub fn matrix(k: usize, counts: &[usize], stride: usize) -> Vec<Case> {
                     dtype,
                     op,
                     n,
-                    in_place: (i / 3) % 2 == 0,
-                    offsets: if (i / 2) % 3 == 0 {
+                    in_place: (i / 3).is_multiple_of(2),
+                    offsets: if (i / 2).is_multiple_of(3) {
                         Offsets::Scattered(o)
                     } else {
                         Offsets::Congruent(o)

@@ -280,12 +280,12 @@ mod tests {
                         .collect();
                     let refs: Vec<&[T]> = inputs.iter().map(|v| v.as_slice()).collect();
                     let want = reference::reduce_scatter(&refs, &ring, op);
-                    for u in 0..k {
-                        for i in 0..n {
+                    for (u, block) in want.iter().enumerate() {
+                        for (i, w) in block.iter().enumerate() {
                             let e = expected::<T>(op, k, u * n + i);
                             assert_eq!(
                                 bytemuck::bytes_of(&e),
-                                bytemuck::bytes_of(&want[u][i]),
+                                bytemuck::bytes_of(w),
                                 "{} {:?} k={k}",
                                 T::DTYPE.name(),
                                 op

@@ -43,6 +43,9 @@ impl<T> CpuBuffers<T> {
 
 type Job = Box<dyn FnOnce() + Send>;
 
+/// A rank's job queue and the thread that runs it.
+type Worker = (Option<Sender<Job>>, Option<JoinHandle<()>>);
+
 /// Per-rank state, in host memory: the staging buffer, the three flags and
 /// the status record, laid out exactly as the GPU communicator lays them out
 /// in device memory.
@@ -71,7 +74,7 @@ struct Inner {
 /// [`Device`]: ringreduce_kernels::Device
 pub struct CpuCommunicator {
     inner: Arc<Inner>,
-    workers: Vec<(Option<Sender<Job>>, Option<JoinHandle<()>>)>,
+    workers: Vec<Worker>,
 }
 
 impl CpuCommunicator {

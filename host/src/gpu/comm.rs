@@ -372,10 +372,8 @@ impl Communicator {
             if shares_device && s.cu_stream().is_null() {
                 return Err(Error::DefaultStream { rank: u });
             }
-            for v in 0..u {
-                if streams[v].cu_stream() == s.cu_stream()
-                    && streams[v].context().ordinal() == found
-                {
+            for (v, other) in streams.iter().enumerate().take(u) {
+                if other.cu_stream() == s.cu_stream() && other.context().ordinal() == found {
                     return Err(Error::SharedStream { a: v, b: u });
                 }
             }

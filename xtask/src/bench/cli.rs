@@ -51,10 +51,10 @@ pub struct BenchArgs {
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
     pub warmup: usize,
     /// Check results (0/1).
-    #[arg(short = 'c', long = "check", default_value = "1", value_parser = bool01)]
+    #[arg(short = 'c', long = "check", default_value = "1", value_parser = bool01, action = clap::ArgAction::Set)]
     pub check: bool,
     /// Blocking: synchronise after every collective (0/1).
-    #[arg(short = 'z', long = "blocking", default_value = "0", value_parser = bool01)]
+    #[arg(short = 'z', long = "blocking", default_value = "0", value_parser = bool01, action = clap::ArgAction::Set)]
     pub blocking: bool,
     /// Staging buffer per rank (default 2M).
     #[arg(long = "buffsize", default_value = "2M", value_parser = size_arg)]

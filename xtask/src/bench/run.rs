@@ -275,7 +275,7 @@ fn driver_version() -> String {
 /// nccl-tests shifts each iteration's buffers by one message within the
 /// allocation, so back-to-back iterations do not hit the same cache lines.
 fn shift(iter: usize, size: u64, max: u64) -> u64 {
-    let steps = if size == 0 { 1 } else { (max / size).max(1) };
+    let steps = max.checked_div(size).unwrap_or(1).max(1);
     iter as u64 % steps
 }
 

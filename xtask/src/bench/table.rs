@@ -197,7 +197,7 @@ mod tests {
         let units = h.lines().nth(2).unwrap();
         assert_eq!(
             units.find("(us)").unwrap() + 4,
-            got[1].find("2345.7").unwrap() + 7
+            got[1].find("2345.7").unwrap() + 6
         );
     }
 }

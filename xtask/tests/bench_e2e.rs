@@ -1,0 +1,140 @@
+//! The bench runner end to end on the CPU execution, and its JSON schema.
+
+use std::process::Command;
+use xtask::bench::report::{Report, SCHEMA_VERSION};
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("ringreduce-bench-{}-{name}", std::process::id()))
+}
+
+#[test]
+fn cpu_run_end_to_end() {
+    let json = tmp("run.json");
+    let png = tmp("run.png");
+    let out = Command::new(env!("CARGO_BIN_EXE_ringreduce-bench"))
+        .args(["--cpu", "-b", "64", "-e", "64K", "-f", "32", "-g", "3", "-d", "float,int8", "-o", "sum,avg"])
+        .args(["-n", "2", "-w", "1", "--ring-order", "2,0,1", "--vs-nccl"])
+        .arg("-J")
+        .arg(&json)
+        .arg("--plot")
+        .arg(&png)
+        .output()
+        .expect("run the bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "bench failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("NOT GPU figures"), "banner missing:\n{stdout}");
+    assert!(stdout.contains("# Out of bounds values : 0 OK"));
+    assert!(stdout.contains("# Avg bus bandwidth"));
+    assert!(stdout.contains("--vs-nccl: skipped"));
+    // 3 sizes x 2 types x 2 ops rows, in the nccl-tests column layout.
+    let rows: Vec<&str> = stdout.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).collect();
+    assert_eq!(rows.len(), 12, "{stdout}");
+    for r in &rows {
+        assert_eq!(r.split_whitespace().count(), 15, "row: {r}");
+    }
+    let report: Report = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report.schema, SCHEMA_VERSION);
+    assert_eq!(report.execution, "cpu");
+    assert_eq!(report.ranks, 3);
+    assert_eq!(report.ring_order, vec![2, 0, 1]);
+    assert_eq!(report.rows.len(), 12);
+    assert_eq!(report.out_of_bounds, 0);
+    assert!(report.command_line.iter().any(|a| a == "--cpu"));
+    assert!(report.rows.iter().all(|r| r.out_of_place.wrong == Some(0) && r.in_place.wrong == Some(0)));
+    assert!(report.nccl_note.as_deref().unwrap_or("").contains("skipped"));
+    let png_bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&png_bytes[..8], b"\x89PNG\r\n\x1a\n");
+    assert!(png_bytes.len() > 10_000);
+    let _ = std::fs::remove_file(json);
+    let _ = std::fs::remove_file(png);
+}
+
+#[test]
+fn bad_arguments_fail_cleanly() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ringreduce-bench"))
+        .args(["--cpu", "-d", "float17"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown data type"));
+}
+
+/// The JSON's field names are the schema: changing them must be deliberate
+/// (bump SCHEMA_VERSION and update this list).
+#[test]
+fn json_schema_is_stable() {
+    let text = include_str!("../../bench/schema_v1_keys.txt");
+    let want: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
+    let r = Report {
+        schema: SCHEMA_VERSION,
+        tool: "t".into(),
+        version: "v".into(),
+        command_line: vec![],
+        date: "d".into(),
+        execution: "gpu".into(),
+        device: "x".into(),
+        driver_version: "y".into(),
+        collective: "reduce_scatter".into(),
+        ranks: 2,
+        iters: 1,
+        warmup: 1,
+        blocking: false,
+        buffsize: 1,
+        ring_order: vec![0, 1],
+        ceilings: Some(xtask::bench::report::Ceilings {
+            device_copy_gbps: 1.0,
+            block_copy_gbps: 1.0,
+            pingpong_rtt_us: 1.0,
+            copy_bytes: 1,
+        }),
+        rows: vec![xtask::bench::report::Row {
+            size: 8,
+            count: 1,
+            dtype: "float".into(),
+            op: "sum".into(),
+            root: -1,
+            out_of_place: xtask::bench::report::Perf {
+                time_us: 1.0,
+                algbw: 1.0,
+                busbw: 1.0,
+                wrong: Some(0),
+                busbw_vs_ceiling: None,
+            },
+            in_place: xtask::bench::report::Perf {
+                time_us: 1.0,
+                algbw: 1.0,
+                busbw: 1.0,
+                wrong: None,
+                busbw_vs_ceiling: Some(0.5),
+            },
+        }],
+        nccl_rows: vec![],
+        nccl_note: None,
+        out_of_bounds: 0,
+        avg_busbw: 1.0,
+    };
+    let v = serde_json::to_value(&r).unwrap();
+    let mut keys = Vec::new();
+    fn walk(v: &serde_json::Value, prefix: String, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, x) in m {
+                    let p = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                    out.push(p.clone());
+                    walk(x, p, out);
+                }
+            }
+            serde_json::Value::Array(a) => {
+                if let Some(x) = a.first() {
+                    walk(x, format!("{prefix}[]"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    walk(&v, String::new(), &mut keys);
+    keys.sort();
+    let mut want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    assert_eq!(keys, want);
+}
