@@ -12,7 +12,21 @@ fn cpu_run_end_to_end() {
     let json = tmp("run.json");
     let png = tmp("run.png");
     let out = Command::new(env!("CARGO_BIN_EXE_ringreduce-bench"))
-        .args(["--cpu", "-b", "64", "-e", "64K", "-f", "32", "-g", "3", "-d", "float,int8", "-o", "sum,avg"])
+        .args([
+            "--cpu",
+            "-b",
+            "64",
+            "-e",
+            "64K",
+            "-f",
+            "32",
+            "-g",
+            "3",
+            "-d",
+            "float,int8",
+            "-o",
+            "sum,avg",
+        ])
         .args(["-n", "2", "-w", "1", "--ring-order", "2,0,1", "--vs-nccl"])
         .arg("-J")
         .arg(&json)
@@ -21,13 +35,23 @@ fn cpu_run_end_to_end() {
         .output()
         .expect("run the bench");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "bench failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("NOT GPU figures"), "banner missing:\n{stdout}");
+    assert!(
+        out.status.success(),
+        "bench failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("NOT GPU figures"),
+        "banner missing:\n{stdout}"
+    );
     assert!(stdout.contains("# Out of bounds values : 0 OK"));
     assert!(stdout.contains("# Avg bus bandwidth"));
     assert!(stdout.contains("--vs-nccl: skipped"));
     // 3 sizes x 2 types x 2 ops rows, in the nccl-tests column layout.
-    let rows: Vec<&str> = stdout.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).collect();
+    let rows: Vec<&str> = stdout
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .collect();
     assert_eq!(rows.len(), 12, "{stdout}");
     for r in &rows {
         assert_eq!(r.split_whitespace().count(), 15, "row: {r}");
@@ -40,8 +64,15 @@ fn cpu_run_end_to_end() {
     assert_eq!(report.rows.len(), 12);
     assert_eq!(report.out_of_bounds, 0);
     assert!(report.command_line.iter().any(|a| a == "--cpu"));
-    assert!(report.rows.iter().all(|r| r.out_of_place.wrong == Some(0) && r.in_place.wrong == Some(0)));
-    assert!(report.nccl_note.as_deref().unwrap_or("").contains("skipped"));
+    assert!(report
+        .rows
+        .iter()
+        .all(|r| r.out_of_place.wrong == Some(0) && r.in_place.wrong == Some(0)));
+    assert!(report
+        .nccl_note
+        .as_deref()
+        .unwrap_or("")
+        .contains("skipped"));
     let png_bytes = std::fs::read(&png).unwrap();
     assert_eq!(&png_bytes[..8], b"\x89PNG\r\n\x1a\n");
     assert!(png_bytes.len() > 10_000);
@@ -119,7 +150,11 @@ fn json_schema_is_stable() {
         match v {
             serde_json::Value::Object(m) => {
                 for (k, x) in m {
-                    let p = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                    let p = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
                     out.push(p.clone());
                     walk(x, p, out);
                 }
