@@ -92,7 +92,7 @@ fn check_plan(k: u64, n: u64, elem: u64, buffer: u64, threads: u64) -> Result<()
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 40_000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 100_000, ..ProptestConfig::default() })]
 
     #[test]
     fn sizing_covers_and_stays_in_bounds(
@@ -105,6 +105,11 @@ proptest! {
         let threads = if gpu { GPU_THREADS } else { CPU_THREADS };
         check_plan(k, n, elem, buffer, threads)?;
     }
+
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2_000, ..ProptestConfig::default() })]
 
     #[test]
     fn ring_reduces_every_block_once_into_its_owner(
@@ -130,6 +135,11 @@ proptest! {
             prop_assert!(ring_index_for_step(k, last, k - 1) == last);
         }
     }
+
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 20_000, ..ProptestConfig::default() })]
 
     #[test]
     fn residues_agree_with_the_pack_path(
