@@ -34,6 +34,7 @@ pub mod hooks;
 pub mod planner;
 pub mod reference;
 pub mod ring;
+mod state;
 pub mod status;
 
 pub use config::CommConfig;
@@ -41,6 +42,7 @@ pub use cpu::{CpuBuffers, CpuCommunicator, HostBuffer, HostView};
 pub use element::{DataType, Element, RsElement};
 pub use error::{Error, Result, TimeoutInfo};
 pub use gpu::{Communicator, RawBuffers, RsBuffers};
+pub use half;
 pub use ring::RingOrder;
 pub use ringreduce_kernels as kernels;
 pub use ringreduce_kernels::{Op, WaitKind};

@@ -146,4 +146,20 @@ pub struct StatusRecord {
 impl StatusRecord {
     /// Number of `u64` words, for volatile word-by-word copies.
     pub const WORDS: usize = core::mem::size_of::<StatusRecord>() / 8;
+
+    /// The record from its words in memory order (as the kernel writes them).
+    pub fn from_words(w: [u64; Self::WORDS]) -> Self {
+        StatusRecord {
+            outcome: w[0],
+            user_rank: w[1],
+            ring_pos: w[2],
+            chunk: w[3],
+            step: w[4],
+            sub: w[5],
+            wait_kind: w[6],
+            expected: w[7],
+            seen: w[8],
+            waited_ns: w[9],
+        }
+    }
 }

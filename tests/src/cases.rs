@@ -2,7 +2,7 @@
 
 use crate::backend::{Backend, Spec};
 use crate::data::inputs;
-use crate::with_type;
+use crate::data::with_type;
 use ringreduce::{DataType, Op, Result};
 
 /// How buffers sit relative to 16-byte packs.

@@ -9,6 +9,14 @@ pub mod soak;
 
 pub use backend::{Backend, CpuBackend, GpuBackend};
 pub use cases::{run_case, Case, Outcome};
+pub use data::with_type;
+
+/// A fixed non-identity ring order of `k` ranks: reversed, then rotated.
+pub fn shuffled(k: usize) -> Vec<u32> {
+    let mut v: Vec<u32> = (0..k as u32).rev().collect();
+    v.rotate_left(1);
+    v
+}
 
 /// The GPU to test on, or `None` after printing why the GPU tests skip.
 pub fn gpu_or_skip(test: &str) -> Option<usize> {

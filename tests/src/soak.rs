@@ -7,8 +7,8 @@
 //! a single non-unit factor per element for prod), so that checking a
 //! collective costs O(outputs) on the host, not O(k x inputs).
 
+use crate::data::with_type;
 use crate::data::Rng;
-use crate::with_type;
 use cudarc::driver::{CudaSlice, CudaStream};
 use ringreduce::{Communicator, DataType, Op, Result, RsBuffers, RsElement};
 use std::any::Any;

@@ -4,14 +4,7 @@
 use ringreduce::kernels::plan::{CPU_THREADS, PACK_BYTES, UNROLL};
 use ringreduce::{CommConfig, DataType, Op};
 use ringreduce_tests::cases::{matrix, Case, Offsets, COUNTS};
-use ringreduce_tests::{run_case, Backend, CpuBackend};
-
-fn shuffled(k: usize) -> Vec<u32> {
-    // A fixed non-identity permutation: reverse, then rotate by one.
-    let mut v: Vec<u32> = (0..k as u32).rev().collect();
-    v.rotate_left(1);
-    v
-}
+use ringreduce_tests::{run_case, shuffled, Backend, CpuBackend};
 
 fn run_all(b: &CpuBackend, cases: &[Case]) -> (usize, usize) {
     let mut elements = 0;

@@ -6,13 +6,7 @@ use ringreduce::{CommConfig, DataType, Op};
 use ringreduce_tests::backend::{Backend, Pending, Spec};
 use ringreduce_tests::cases::{matrix, Case, Offsets, COUNTS};
 use ringreduce_tests::data::{inputs, Rng};
-use ringreduce_tests::{gpu_or_skip, run_case, with_type, GpuBackend};
-
-fn shuffled(k: usize) -> Vec<u32> {
-    let mut v: Vec<u32> = (0..k as u32).rev().collect();
-    v.rotate_left(1);
-    v
-}
+use ringreduce_tests::{gpu_or_skip, run_case, shuffled, with_type, GpuBackend};
 
 fn run_all(b: &GpuBackend, cases: &[Case]) -> (usize, usize) {
     let mut elements = 0;

@@ -5,10 +5,9 @@ use super::lane::{Lane, OrBarrier};
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
-use crate::hooks::TestHooks;
-use crate::planner::{plan_reduce_scatter, BufferSpan, Control, Plan, RankWiring};
+use crate::planner::{plan_reduce_scatter, BufferSpan, Plan, RankWiring};
 use crate::ring::RingOrder;
-use crate::status::{first_error, rank_errors};
+use crate::state::CommState;
 use ringreduce_kernels::algorithm::reduce_scatter;
 use ringreduce_kernels::plan::CPU_THREADS;
 use ringreduce_kernels::{
@@ -16,7 +15,7 @@ use ringreduce_kernels::{
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -58,12 +57,9 @@ struct CpuRank {
 }
 
 struct Inner {
-    ring: RingOrder,
-    config: CommConfig,
     ranks: Vec<CpuRank>,
     abort: Box<AtomicU64>,
-    broken: Mutex<Option<Error>>,
-    hooks: Mutex<TestHooks>,
+    state: CommState,
 }
 
 /// A communicator over `k` ranks that runs the ring reduce-scatter on CPU
@@ -105,12 +101,9 @@ impl CpuCommunicator {
             })
             .collect();
         let inner = Arc::new(Inner {
-            ring,
-            config,
+            state: CommState::new(ring, config),
             ranks,
             abort: Box::new(AtomicU64::new(0)),
-            broken: Mutex::new(None),
-            hooks: Mutex::new(TestHooks::default()),
         });
         let workers = (0..k)
             .map(|rank| {
@@ -130,15 +123,15 @@ impl CpuCommunicator {
     }
 
     pub fn k(&self) -> usize {
-        self.inner.ring.len()
+        self.inner.state.ring.len()
     }
 
     pub fn ring_order(&self) -> &RingOrder {
-        &self.inner.ring
+        &self.inner.state.ring
     }
 
     pub fn config(&self) -> &CommConfig {
-        &self.inner.config
+        &self.inner.state.config
     }
 
     fn wiring(&self) -> Vec<RankWiring> {
@@ -157,21 +150,7 @@ impl CpuCommunicator {
     }
 
     fn check_broken(&self) -> Result<()> {
-        if let Some(e) = self
-            .inner
-            .broken
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-        {
-            return Err(Error::Broken(e.to_string()));
-        }
-        if let Some(e) = self.status_error() {
-            let mut b = self.inner.broken.lock().unwrap_or_else(|e| e.into_inner());
-            *b = Some(e.clone());
-            return Err(e);
-        }
-        Ok(())
+        self.inner.state.check(&self.status_records())
     }
 
     fn status_records(&self) -> Vec<StatusRecord> {
@@ -180,10 +159,6 @@ impl CpuCommunicator {
             .iter()
             .map(|r| read_status(&r.status))
             .collect()
-    }
-
-    fn status_error(&self) -> Option<Error> {
-        first_error(&self.status_records(), &self.inner.ring)
     }
 
     /// Enqueues a reduce-scatter: `bufs[u]` are user rank `u`'s buffers. It
@@ -217,21 +192,13 @@ impl CpuCommunicator {
                 }
             });
         }
-        let control = Control {
-            abort_flag: if self.inner.config.watchdog {
-                self.inner.abort.as_ptr() as u64
-            } else {
-                0
-            },
-            timeout_ns: self.inner.config.timeout_ns(),
-            fault: self.hooks().lost_signal,
-        };
+        let control = self.inner.state.control(self.inner.abort.as_ptr() as u64);
         let plan = plan_reduce_scatter(
-            &self.inner.ring,
+            &self.inner.state.ring,
             &self.wiring(),
             &spans,
             T::DTYPE,
-            self.inner.config.buffer_bytes,
+            self.inner.state.config.buffer_bytes,
             CPU_THREADS,
             control,
         )?;
@@ -263,7 +230,7 @@ impl CpuCommunicator {
                 )
             }
             Plan::Launch { args, .. } => {
-                let withhold = self.hooks().withhold_rank;
+                let withhold = self.inner.state.hooks().withhold_rank;
                 for (u, a) in args.into_iter().enumerate() {
                     if withhold == Some(u) {
                         continue;
@@ -317,36 +284,26 @@ impl CpuCommunicator {
         self.inner.abort.store(1, Ordering::SeqCst);
     }
 
-    fn hooks(&self) -> TestHooks {
-        *self.inner.hooks.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Test hook: from (chunk, step) on, `rank` drops its "new data"
     /// signals. Only effective with the `fault-injection` feature.
     #[doc(hidden)]
     pub fn inject_lost_signal(&self, rank: usize, chunk: u64, step: u64) {
         self.inner
-            .hooks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .lost_signal = Some((rank, chunk, step));
+            .state
+            .set_hooks(|h| h.lost_signal = Some((rank, chunk, step)));
     }
 
     /// Test hook: collectives launch every rank but `rank`, as if its
     /// process never arrived.
     #[doc(hidden)]
     pub fn withhold_rank(&self, rank: Option<usize>) {
-        self.inner
-            .hooks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .withhold_rank = rank;
+        self.inner.state.set_hooks(|h| h.withhold_rank = rank);
     }
 
     /// Each user rank's recorded error, if any (for diagnostics: the error
     /// [`synchronize`](Self::synchronize) returns is the likeliest cause).
     pub fn rank_errors(&self) -> Vec<Option<Error>> {
-        rank_errors(&self.status_records(), &self.inner.ring)
+        self.inner.state.rank_errors(&self.status_records())
     }
 }
 
@@ -364,19 +321,7 @@ impl Drop for CpuCommunicator {
 }
 
 fn read_status(words: &[AtomicU64; StatusRecord::WORDS]) -> StatusRecord {
-    let w: [u64; StatusRecord::WORDS] = std::array::from_fn(|i| words[i].load(Ordering::Acquire));
-    StatusRecord {
-        outcome: w[0],
-        user_rank: w[1],
-        ring_pos: w[2],
-        chunk: w[3],
-        step: w[4],
-        sub: w[5],
-        wait_kind: w[6],
-        expected: w[7],
-        seen: w[8],
-        waited_ns: w[9],
-    }
+    StatusRecord::from_words(std::array::from_fn(|i| words[i].load(Ordering::Acquire)))
 }
 
 fn run_block<T: Element>(op: Op, a: &KernelArgs) {

@@ -6,10 +6,9 @@ use super::module::Kernels;
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
-use crate::hooks::TestHooks;
-use crate::planner::{plan_reduce_scatter, BufferSpan, Control, Plan, RankWiring};
+use crate::planner::{plan_reduce_scatter, BufferSpan, Plan, RankWiring};
 use crate::ring::RingOrder;
-use crate::status::{first_error, rank_errors};
+use crate::state::CommState;
 use cudarc::driver::{result, sys, CudaContext, CudaStream, CudaView, CudaViewMut};
 use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceSlice};
 use ringreduce_kernels::plan::{GPU_THREADS, NUM_SUBCHUNKS};
@@ -65,8 +64,6 @@ struct Rank {
 }
 
 struct Inner {
-    ring: RingOrder,
-    config: CommConfig,
     ranks: Vec<Rank>,
     kernels: Vec<Arc<Kernels>>,
     /// Word 0: abort; then one status record per rank.
@@ -75,8 +72,7 @@ struct Inner {
     /// callers cannot interleave two collectives' launches across ranks;
     /// holds each rank's last stream.
     launch: Mutex<Vec<Option<Arc<CudaStream>>>>,
-    broken: Mutex<Option<Error>>,
-    hooks: Mutex<TestHooks>,
+    state: CommState,
 }
 
 /// A communicator over `k` ranks. With [`Communicator::new`], all ranks are
@@ -134,28 +130,25 @@ impl Communicator {
         let host = MappedHost::zeroed(&ctx, 1 + k * StatusRecord::WORDS)?;
         Ok(Communicator {
             inner: Arc::new(Inner {
-                ring,
-                config,
+                state: CommState::new(ring, config),
                 ranks,
                 kernels: vec![kernels; k],
                 host,
                 launch: Mutex::new(vec![None; k]),
-                broken: Mutex::new(None),
-                hooks: Mutex::new(TestHooks::default()),
             }),
         })
     }
 
     pub fn k(&self) -> usize {
-        self.inner.ring.len()
+        self.inner.state.ring.len()
     }
 
     pub fn ring_order(&self) -> &RingOrder {
-        &self.inner.ring
+        &self.inner.state.ring
     }
 
     pub fn config(&self) -> &CommConfig {
-        &self.inner.config
+        &self.inner.state.config
     }
 
     /// The context of user rank `rank`'s device.
@@ -198,44 +191,13 @@ impl Communicator {
                         .word(1 + u * StatusRecord::WORDS + i)
                         .load(Ordering::Acquire)
                 });
-                StatusRecord {
-                    outcome: w[0],
-                    user_rank: w[1],
-                    ring_pos: w[2],
-                    chunk: w[3],
-                    step: w[4],
-                    sub: w[5],
-                    wait_kind: w[6],
-                    expected: w[7],
-                    seen: w[8],
-                    waited_ns: w[9],
-                }
+                StatusRecord::from_words(w)
             })
             .collect()
     }
 
-    fn mark_broken(&self, e: &Error) {
-        let mut b = self.inner.broken.lock().unwrap_or_else(|e| e.into_inner());
-        if b.is_none() {
-            *b = Some(e.clone());
-        }
-    }
-
     fn check_broken(&self) -> Result<()> {
-        if let Some(e) = self
-            .inner
-            .broken
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-        {
-            return Err(Error::Broken(e.to_string()));
-        }
-        if let Some(e) = first_error(&self.status_records(), &self.inner.ring) {
-            self.mark_broken(&e);
-            return Err(e);
-        }
-        Ok(())
+        self.inner.state.check(&self.status_records())
     }
 
     /// Enqueues a reduce-scatter: `bufs[u]` and `streams[u]` are user rank
@@ -411,18 +373,6 @@ impl Communicator {
         Ok(())
     }
 
-    fn control(&self) -> Control {
-        Control {
-            abort_flag: if self.inner.config.watchdog {
-                self.inner.host.device
-            } else {
-                0
-            },
-            timeout_ns: self.inner.config.timeout_ns(),
-            fault: self.hooks().lost_signal,
-        }
-    }
-
     fn enqueue(
         &self,
         spans: &[BufferSpan],
@@ -431,13 +381,13 @@ impl Communicator {
         streams: &[Arc<CudaStream>],
     ) -> Result<()> {
         let plan = plan_reduce_scatter(
-            &self.inner.ring,
+            &self.inner.state.ring,
             &self.wiring(),
             spans,
             dtype,
-            self.inner.config.buffer_bytes,
+            self.inner.state.config.buffer_bytes,
             GPU_THREADS,
-            self.control(),
+            self.inner.state.control(self.inner.host.device),
         )?;
         let mut last = self.inner.launch.lock().unwrap_or_else(|e| e.into_inner());
         match plan {
@@ -452,7 +402,7 @@ impl Communicator {
                 Ok(())
             }
             Plan::Launch { args, .. } => {
-                let withhold = self.hooks().withhold_rank;
+                let withhold = self.inner.state.hooks().withhold_rank;
                 for (u, a) in args.iter().enumerate() {
                     if withhold == Some(u) {
                         continue;
@@ -462,7 +412,7 @@ impl Communicator {
                     if let Err(e) = r {
                         // Ranks already launched cannot finish; they will
                         // time out. Nothing later may run on this state.
-                        self.mark_broken(&e);
+                        self.inner.state.mark_broken(&e);
                         return Err(e);
                     }
                 }
@@ -516,36 +466,26 @@ impl Communicator {
         self.inner.host.word(0).store(1, Ordering::SeqCst);
     }
 
-    fn hooks(&self) -> TestHooks {
-        *self.inner.hooks.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Test hook: from (chunk, step) on, `rank` drops its "new data"
     /// signals. Only effective with the `fault-injection` feature.
     #[doc(hidden)]
     pub fn inject_lost_signal(&self, rank: usize, chunk: u64, step: u64) {
         self.inner
-            .hooks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .lost_signal = Some((rank, chunk, step));
+            .state
+            .set_hooks(|h| h.lost_signal = Some((rank, chunk, step)));
     }
 
     /// Test hook: collectives launch every rank but `rank`, as if its
     /// process never arrived.
     #[doc(hidden)]
     pub fn withhold_rank(&self, rank: Option<usize>) {
-        self.inner
-            .hooks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .withhold_rank = rank;
+        self.inner.state.set_hooks(|h| h.withhold_rank = rank);
     }
 
     /// Each user rank's recorded error, if any (for diagnostics: the error
     /// [`synchronize`](Self::synchronize) returns is the likeliest cause).
     pub fn rank_errors(&self) -> Vec<Option<Error>> {
-        rank_errors(&self.status_records(), &self.inner.ring)
+        self.inner.state.rank_errors(&self.status_records())
     }
 
     /// Bytes of staging per slot, for reports.

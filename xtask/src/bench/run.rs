@@ -25,55 +25,7 @@ pub const CPU_MAX_BYTES: u64 = 4 << 20;
 /// Bytes the copy ceilings move: far beyond any L2 cache.
 pub const CEILING_COPY_BYTES: u64 = 1 << 30;
 
-/// Binds `$t` to the element type of a `DataType`.
-macro_rules! with_elem {
-    ($dtype:expr, $t:ident => $body:expr) => {{
-        use ringreduce::DataType as D;
-        match $dtype {
-            D::I8 => {
-                type $t = i8;
-                $body
-            }
-            D::U8 => {
-                type $t = u8;
-                $body
-            }
-            D::I32 => {
-                type $t = i32;
-                $body
-            }
-            D::U32 => {
-                type $t = u32;
-                $body
-            }
-            D::I64 => {
-                type $t = i64;
-                $body
-            }
-            D::U64 => {
-                type $t = u64;
-                $body
-            }
-            D::F16 => {
-                type $t = half::f16;
-                $body
-            }
-            D::Bf16 => {
-                type $t = half::bf16;
-                $body
-            }
-            D::F32 => {
-                type $t = f32;
-                $body
-            }
-            D::F64 => {
-                type $t = f64;
-                $body
-            }
-        }
-    }};
-}
-pub(crate) use with_elem;
+pub(crate) use ringreduce::with_element_type as with_elem;
 
 /// One sweep point, for either backend.
 pub struct Point {

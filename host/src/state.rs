@@ -1,0 +1,76 @@
+//! What both communicators keep besides their memory: the ring, the
+//! configuration, whether an earlier error broke them, and test hooks.
+
+use crate::config::CommConfig;
+use crate::error::{Error, Result};
+use crate::hooks::TestHooks;
+use crate::planner::Control;
+use crate::ring::RingOrder;
+use crate::status::{first_error, rank_errors};
+use ringreduce_kernels::StatusRecord;
+use std::sync::Mutex;
+
+pub(crate) struct CommState {
+    pub ring: RingOrder,
+    pub config: CommConfig,
+    broken: Mutex<Option<Error>>,
+    hooks: Mutex<TestHooks>,
+}
+
+impl CommState {
+    pub fn new(ring: RingOrder, config: CommConfig) -> Self {
+        CommState {
+            ring,
+            config,
+            broken: Mutex::new(None),
+            hooks: Mutex::new(TestHooks::default()),
+        }
+    }
+
+    pub fn hooks(&self) -> TestHooks {
+        *self.hooks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn set_hooks(&self, f: impl FnOnce(&mut TestHooks)) {
+        f(&mut self.hooks.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Remembers the first error; every later call reports `Broken`.
+    pub fn mark_broken(&self, e: &Error) {
+        let mut b = self.broken.lock().unwrap_or_else(|e| e.into_inner());
+        if b.is_none() {
+            *b = Some(e.clone());
+        }
+    }
+
+    /// `Broken` if an earlier error broke the communicator; otherwise the
+    /// error the status records hold, which from now on breaks it.
+    pub fn check(&self, recs: &[StatusRecord]) -> Result<()> {
+        if let Some(e) = self
+            .broken
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            return Err(Error::Broken(e.to_string()));
+        }
+        if let Some(e) = first_error(recs, &self.ring) {
+            self.mark_broken(&e);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    pub fn rank_errors(&self, recs: &[StatusRecord]) -> Vec<Option<Error>> {
+        rank_errors(recs, &self.ring)
+    }
+
+    /// The watchdog settings for the kernels, given the abort word's address.
+    pub fn control(&self, abort_word: u64) -> Control {
+        Control {
+            abort_flag: if self.config.watchdog { abort_word } else { 0 },
+            timeout_ns: self.config.timeout_ns(),
+            fault: self.hooks().lost_signal,
+        }
+    }
+}
