@@ -5,7 +5,7 @@ use ringreduce::gpu::module::{all_kernel_names, PTX};
 #[test]
 fn every_kernel_entry_is_present() {
     let names = all_kernel_names();
-    assert_eq!(names.len(), 53);
+    assert_eq!(names.len(), 54);
     for n in names {
         let decl = format!(".entry {n}(");
         assert!(PTX.contains(&decl), "missing kernel {n}");

@@ -17,7 +17,9 @@ use crate::device::Device;
 use crate::element::Element;
 use crate::op::ReduceOp;
 use crate::plan::{block_residue, Sizing};
-use crate::primitives::{signal, transfer, wait_until, WaitCtx, WaitSite, COPY, FINAL, REDUCE};
+use crate::primitives::{
+    signal, transfer, tuning, wait_until, WaitCtx, WaitSite, COPY, FINAL, REDUCE,
+};
 use crate::ring::block_for_step;
 use core::mem::size_of;
 
@@ -65,7 +67,7 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
         if !failed {
             // Our own flag resets from the previous collective must be
             // visible before anyone acts on the announcement.
-            signal(d, a.prev_slot, a.recv | 1);
+            signal(d, &WaitCtx::of(a), a.prev_slot, a.recv | 1);
             failed = !wait_until(
                 d,
                 WaitCtx::of(a),
@@ -116,13 +118,17 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
                         }
                     }
                 }
+                if tid < THREADS && a.tuning & tuning::PRODUCER_FENCE != 0 {
+                    d.fence(a.scope());
+                }
                 failed = d.block_barrier_or(failed);
                 if tid == THREADS && !failed {
+                    let ctx = WaitCtx::of(a);
                     if !drop_signal(a, c, step) {
-                        signal(d, a.next_new_data, Sizing::new_data_value(k, c, step, sub));
+                        signal(d, &ctx, a.next_new_data, Sizing::new_data_value(k, c, step, sub));
                     }
                     if step + 1 == k && c + 1 < s.num_chunks {
-                        signal(d, a.prev_chunk_done, Sizing::chunk_done_value(c, sub));
+                        signal(d, &ctx, a.prev_chunk_done, Sizing::chunk_done_value(c, sub));
                     }
                 }
                 off += len;
@@ -144,7 +150,7 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
         if wait_until(d, WaitCtx::of(a), a.this_new_data, site, |v| v >= last) {
             d.store_volatile(a.this_new_data as *mut u64, 0);
             d.store_volatile(a.this_chunk_done as *mut u64, 0);
-            signal(d, a.this_slot, 0);
+            signal(d, &WaitCtx::of(a), a.this_slot, 0);
         }
     }
 }

@@ -4,10 +4,10 @@
 use crate::algorithm::reduce_scatter;
 use crate::arch::nvptx::{block_idx, grid_dim, trap, Gpu};
 use crate::args::KernelArgs;
-use crate::device::Device;
+use crate::device::{Device, Scope};
 use crate::op::{Avg, Max, Min, Prod, Sum};
 use crate::plan::GPU_THREADS;
-use crate::primitives::{transfer, COPY};
+use crate::primitives::{transfer, COPY, REDUCE};
 use half::{bf16, f16};
 
 type Block = Gpu<{ GPU_THREADS as u32 }>;
@@ -88,12 +88,26 @@ pub unsafe extern "ptx-kernel" fn ringreduce_copy_grid(dst: u64, src: u64, n: u6
     }
 }
 
-/// Two blocks bouncing a counter `iters` times through two flags, with the
-/// same volatile accesses and system fences as the ring protocol: the
-/// latency of one signal round trip.
+/// One block reducing two arrays of `n` `f32`s into a third with the
+/// reduce-scatter's reduce loop: the ceiling of a middle ring step, which
+/// reads two inputs per output.
 #[no_mangle]
-pub unsafe extern "ptx-kernel" fn ringreduce_pingpong(flags: u64, iters: u64) {
+pub unsafe extern "ptx-kernel" fn ringreduce_reduce_block(dst: u64, a: u64, b: u64, n: u64) {
+    let g = Block::default();
+    let tid = g.thread_idx();
+    if tid < GPU_THREADS {
+        let (d, a, b) = (dst as *mut f32, a as *const f32, b as *const f32);
+        transfer::<Block, f32, Sum, GPU_THREADS, REDUCE>(&g, tid, d, a, b, n, true, 1);
+    }
+}
+
+/// Two blocks bouncing a counter `iters` times through two flags, with the
+/// same acquire loads and fences (at `scope`, a [`Scope`]) as the ring
+/// protocol: the latency of one signal round trip.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn ringreduce_pingpong(flags: u64, iters: u64, scope: u64) {
     let g = Gpu::<{ GPU_THREADS as u32 }>;
+    let scope = Scope::from_u64(scope);
     if g.thread_idx() != 0 {
         return;
     }
@@ -104,20 +118,20 @@ pub unsafe extern "ptx-kernel" fn ringreduce_pingpong(flags: u64, iters: u64) {
     let deadline = g.now_ns().saturating_add(10_000_000_000);
     for i in 1..=iters {
         if me == 0 {
-            g.fence_system();
+            g.fence(scope);
             g.store_volatile(ping, i);
-            while g.load_volatile(pong) != i {
+            while g.load_acquire(pong, scope) != i {
                 if g.now_ns() > deadline {
                     return;
                 }
             }
         } else {
-            while g.load_volatile(ping) != i {
+            while g.load_acquire(ping, scope) != i {
                 if g.now_ns() > deadline {
                     return;
                 }
             }
-            g.fence_system();
+            g.fence(scope);
             g.store_volatile(pong, i);
         }
     }

@@ -2,7 +2,7 @@
 //! the unrolled copy/reduce loops.
 
 use crate::args::{KernelArgs, StatusRecord, WaitKind, WaitOutcome};
-use crate::device::Device;
+use crate::device::{Device, Scope};
 use crate::element::Element;
 use crate::op::ReduceOp;
 use crate::plan::{PACK_BYTES, UNROLL};
@@ -14,6 +14,18 @@ use core::mem::size_of;
 /// `abort()` within microseconds.
 pub const POLLS_PER_CHECK: u32 = 256;
 
+/// EXPERIMENT: protocol variants selected at run time.
+pub mod tuning {
+    /// The waiter spins with volatile loads and then fences (the old way).
+    pub const FENCE_WAIT: u64 = 1;
+    /// No fences at all (unsafe; only to bound what fences cost).
+    pub const NO_FENCE: u64 = 2;
+    /// Every producer fences its own stores before the block barrier.
+    pub const PRODUCER_FENCE: u64 = 4;
+    /// System scope even when all ranks share a device.
+    pub const FORCE_SYS: u64 = 8;
+}
+
 /// What a wait needs to know about its rank, passed by value so that the
 /// (out-of-line) wait does not force the kernel arguments into local memory.
 #[derive(Clone, Copy, Debug)]
@@ -23,6 +35,8 @@ pub struct WaitCtx {
     pub status: u64,
     pub user_rank: u64,
     pub ring_pos: u64,
+    pub scope: Scope,
+    pub tuning: u64,
 }
 
 impl WaitCtx {
@@ -34,6 +48,8 @@ impl WaitCtx {
             status: a.status,
             user_rank: a.user_rank,
             ring_pos: a.ring_pos,
+            scope: a.scope(),
+            tuning: a.tuning,
         }
     }
 }
@@ -66,10 +82,17 @@ pub unsafe fn wait_until<D: Device, F: Fn(u64) -> bool>(
     let flag = flag as *const u64;
     let mut polls: u32 = 0;
     let mut start: u64 = 0;
+    let old = args.tuning & (tuning::FENCE_WAIT | tuning::NO_FENCE) != 0;
     loop {
-        let seen = d.load_volatile(flag);
+        let seen = if old {
+            d.load_volatile(flag)
+        } else {
+            d.load_acquire(flag, args.scope)
+        };
         if ready(seen) {
-            d.fence_system();
+            if args.tuning & tuning::FENCE_WAIT != 0 {
+                d.fence(args.scope);
+            }
             return true;
         }
         polls = polls.wrapping_add(1);
@@ -126,9 +149,10 @@ unsafe fn report<D: Device>(
     for i in 1..StatusRecord::WORDS {
         d.store_volatile(dst.add(i), *words.add(i));
     }
-    d.fence_system();
+    // The record is in host memory: system scope, whatever the ring's.
+    d.fence(Scope::System);
     d.store_volatile(dst, outcome as u64);
-    d.fence_system();
+    d.fence(Scope::System);
 }
 
 /// Publishes `value` in a peer's flag: the fence releases every store the
@@ -137,8 +161,10 @@ unsafe fn report<D: Device>(
 /// # Safety
 /// `flag` must be a valid flag address.
 #[inline(always)]
-pub unsafe fn signal<D: Device>(d: &D, flag: u64, value: u64) {
-    d.fence_system();
+pub unsafe fn signal<D: Device>(d: &D, ctx: &WaitCtx, flag: u64, value: u64) {
+    if ctx.tuning & tuning::NO_FENCE == 0 {
+        d.fence(ctx.scope);
+    }
     d.store_volatile(flag as *mut u64, value);
 }
 

@@ -58,11 +58,14 @@ impl Bufs {
             .collect();
         comm.reduce_scatter(&mut b, Op::Sum, streams)
     }
-    fn untouched(&self) -> bool {
-        self.recv
-            .iter()
-            .zip(&self.streams)
-            .all(|(r, s)| s.clone_dtoh(r).unwrap().iter().all(|&x| x == SENTINEL))
+    /// The first output element that is not the sentinel, if any.
+    fn touched(&self) -> Option<String> {
+        self.recv.iter().zip(&self.streams).enumerate().find_map(|(u, (r, s))| {
+            let got = s.clone_dtoh(r).unwrap();
+            got.iter()
+                .position(|&x| x != SENTINEL)
+                .map(|i| format!("rank {u} element {i} is {}", got[i]))
+        })
     }
     fn correct(&self, k: usize) -> bool {
         (0..k).all(|u| {
@@ -80,7 +83,9 @@ impl Bufs {
 fn after_error(comm: &Communicator, b: &mut Bufs, e: Error, check: impl Fn(&Error) -> bool) {
     assert!(check(&e), "unexpected error: {e}");
     comm.synchronize().unwrap();
-    assert!(b.untouched(), "buffers touched after {e}");
+    if let Some(t) = b.touched() {
+        panic!("buffers touched after {e}: {t}");
+    }
     let s = b.streams.clone();
     b.run(comm, &s).unwrap();
     comm.synchronize().unwrap();

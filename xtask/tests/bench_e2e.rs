@@ -115,6 +115,7 @@ fn json_schema_is_stable() {
         ceilings: Some(xtask::bench::report::Ceilings {
             device_copy_gbps: 1.0,
             block_copy_gbps: 1.0,
+            block_reduce_gbps: 1.0,
             pingpong_rtt_us: 1.0,
             copy_bytes: 1,
         }),

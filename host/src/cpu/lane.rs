@@ -1,7 +1,7 @@
 //! The CPU execution's [`Device`]: one OS thread per lane, barriers with an
 //! OR-reduction, and flags as atomics.
 
-use ringreduce_kernels::Device;
+use ringreduce_kernels::device::{Device, Scope};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
@@ -67,9 +67,10 @@ pub struct Lane<'a> {
     pub epoch: Instant,
 }
 
-// SAFETY: flags are accessed as atomics; `fence_system` is a SeqCst fence,
-// which acquires after a relaxed flag load and releases before a relaxed
-// flag store; the barriers order memory through their mutex.
+// SAFETY: flags are accessed as atomics; `load_acquire` is an acquire load;
+// `fence` is a SeqCst fence, which releases before a relaxed flag store; the
+// barriers order memory through their mutex. All lanes share one address
+// space, so every scope is the same.
 unsafe impl Device for Lane<'_> {
     fn thread_idx(&self) -> u64 {
         self.tid
@@ -92,7 +93,10 @@ unsafe impl Device for Lane<'_> {
     unsafe fn store_pack(&self, p: *mut u8, v: [u32; 4]) {
         (p as *mut [u32; 4]).write(v)
     }
-    fn fence_system(&self) {
+    unsafe fn load_acquire(&self, p: *const u64, _: Scope) -> u64 {
+        (*(p as *const AtomicU64)).load(Ordering::Acquire)
+    }
+    fn fence(&self, _: Scope) {
         fence(Ordering::SeqCst)
     }
     fn now_ns(&self) -> u64 {

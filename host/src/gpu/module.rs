@@ -19,6 +19,7 @@ pub fn kernel_name(dtype: DataType, op: Op) -> String {
 pub const COPY_BLOCK_KERNEL: &str = "ringreduce_copy_block";
 pub const COPY_GRID_KERNEL: &str = "ringreduce_copy_grid";
 pub const PINGPONG_KERNEL: &str = "ringreduce_pingpong";
+pub const REDUCE_BLOCK_KERNEL: &str = "ringreduce_reduce_block";
 
 /// Every kernel entry the PTX must contain.
 pub fn all_kernel_names() -> Vec<String> {
@@ -26,7 +27,15 @@ pub fn all_kernel_names() -> Vec<String> {
         .iter()
         .flat_map(|&d| Op::ALL.iter().map(move |&o| kernel_name(d, o)))
         .collect();
-    v.extend([COPY_BLOCK_KERNEL, COPY_GRID_KERNEL, PINGPONG_KERNEL].map(String::from));
+    v.extend(
+        [
+            COPY_BLOCK_KERNEL,
+            COPY_GRID_KERNEL,
+            PINGPONG_KERNEL,
+            REDUCE_BLOCK_KERNEL,
+        ]
+        .map(String::from),
+    );
     v
 }
 

@@ -1,8 +1,8 @@
 //! The one module with inline PTX: thread index, barriers with a predicate
-//! reduction, volatile flag accesses, the system fence, the global timer and
-//! half-precision conversions.
+//! reduction, volatile and acquire flag accesses, scoped fences, the global
+//! timer and half-precision conversions.
 
-use crate::device::Device;
+use crate::device::{Device, Scope};
 use core::arch::asm;
 
 /// A GPU block running the kernel; `THREADS` producers plus one signaller.
@@ -95,8 +95,25 @@ unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
     }
 
     #[inline(always)]
-    fn fence_system(&self) {
-        unsafe { asm!("fence.acq_rel.sys;", options(nostack)) };
+    unsafe fn load_acquire(&self, p: *const u64, scope: Scope) -> u64 {
+        let v: u64;
+        match scope {
+            Scope::Gpu => {
+                asm!("ld.acquire.gpu.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p, options(nostack))
+            }
+            Scope::System => {
+                asm!("ld.acquire.sys.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p, options(nostack))
+            }
+        }
+        v
+    }
+
+    #[inline(always)]
+    fn fence(&self, scope: Scope) {
+        match scope {
+            Scope::Gpu => unsafe { asm!("fence.acq_rel.gpu;", options(nostack)) },
+            Scope::System => unsafe { asm!("fence.acq_rel.sys;", options(nostack)) },
+        }
     }
 
     #[inline(always)]

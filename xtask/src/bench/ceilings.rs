@@ -5,7 +5,10 @@ use super::report::Ceilings;
 use cudarc::driver::{
     sys, CudaContext, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
 };
-use ringreduce::gpu::module::{module_for, COPY_BLOCK_KERNEL, COPY_GRID_KERNEL, PINGPONG_KERNEL};
+use ringreduce::gpu::module::{
+    module_for, COPY_BLOCK_KERNEL, COPY_GRID_KERNEL, PINGPONG_KERNEL, REDUCE_BLOCK_KERNEL,
+};
+use ringreduce::kernels::Scope;
 use ringreduce::kernels::plan::GPU_THREADS;
 use std::sync::Arc;
 
@@ -34,9 +37,14 @@ fn time_us(
     Ok(median(t))
 }
 
-/// Measures the device-wide copy, the single-block copy and the flag
-/// ping-pong. `copy_bytes` should be far larger than the L2 cache.
-pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> ringreduce::Result<Ceilings> {
+/// Measures the device-wide copy, the single-block copy and reduce, and the
+/// flag ping-pong at `scope` (the ring's). `copy_bytes` should be far
+/// larger than the L2 cache.
+pub fn measure(
+    ctx: &Arc<CudaContext>,
+    copy_bytes: u64,
+    scope: Scope,
+) -> ringreduce::Result<Ceilings> {
     let module = module_for(ctx)?;
     let stream = ctx.new_stream()?;
     let words = (copy_bytes / 8) as usize;
@@ -81,7 +89,21 @@ pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> ringreduce::Result<Ce
         Ok(())
     })?;
 
+    // The reduce reads two halves of `src` into one half of `dst`: each
+    // output element costs two reads and a write, like a middle ring step.
+    let reduce = module.load_function(REDUCE_BLOCK_KERNEL)?;
+    let half_f32 = n; // n u64s = 2n f32s: two inputs of n f32s each
+    let src_b = sp + half_f32 * 4;
+    let t_reduce = time_us(&stream, 5, || {
+        let mut b = stream.launch_builder(&reduce);
+        b.arg(&dp).arg(&sp).arg(&src_b).arg(&half_f32);
+        // SAFETY: `src` holds 2n f32s (two inputs of n), `dst` at least n.
+        unsafe { b.launch(block_cfg) }?;
+        Ok(())
+    })?;
+
     let ping = module.load_function(PINGPONG_KERNEL)?;
+    let scope_word = scope as u64;
     let mut flags = stream.alloc_zeros::<u64>(32)?;
     let iters: u64 = 10_000;
     let ping_cfg = LaunchConfig {
@@ -93,7 +115,7 @@ pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> ringreduce::Result<Ce
         stream.memset_zeros(&mut flags)?;
         let (fp, _g) = flags.device_ptr(&stream);
         let mut b = stream.launch_builder(&ping);
-        b.arg(&fp).arg(&iters);
+        b.arg(&fp).arg(&iters).arg(&scope_word);
         // SAFETY: 32 zeroed words; both blocks fit on any device.
         unsafe { b.launch(ping_cfg) }?;
         Ok(())
@@ -101,6 +123,7 @@ pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> ringreduce::Result<Ce
     Ok(Ceilings {
         device_copy_gbps: copy_bytes as f64 / t_grid / 1e3,
         block_copy_gbps: copy_bytes as f64 / t_block / 1e3,
+        block_reduce_gbps: (half_f32 * 4) as f64 / t_reduce / 1e3,
         pingpong_rtt_us: t_ping / iters as f64,
         copy_bytes,
     })

@@ -42,6 +42,10 @@ pub struct Ceilings {
     /// One block of 257 threads with the reduce-scatter's copy loop: the
     /// ceiling of one-block mode, GB/s.
     pub block_copy_gbps: f64,
+    /// One block of 257 threads with the reduce-scatter's reduce loop (two
+    /// inputs, one output, `f32` sum), counting output bytes: the ceiling of
+    /// a middle ring step, GB/s.
+    pub block_reduce_gbps: f64,
     /// Round trip of one flag signal between two blocks, µs.
     pub pingpong_rtt_us: f64,
     /// Bytes used for the copy measurements.
