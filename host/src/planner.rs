@@ -5,7 +5,7 @@
 use crate::error::{Error, Result};
 use crate::ring::RingOrder;
 use ringreduce_kernels::plan::{common_residue, PlanError, Sizing};
-use ringreduce_kernels::{DataType, KernelArgs, Scope};
+use ringreduce_kernels::{DataType, KernelArgs};
 
 /// One rank's buffers, as addresses and element counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,9 +35,6 @@ pub struct Control {
     pub timeout_ns: u64,
     /// Test hook: (chunk, step) from which rank `fault_rank` drops signals.
     pub fault: Option<(usize, u64, u64)>,
-    /// The fence scope the ring needs: [`Scope::Gpu`] when every rank is on
-    /// one device, else [`Scope::System`].
-    pub scope: Scope,
     /// EXPERIMENT: protocol variant bits.
     pub tuning: u64,
 }
@@ -233,7 +230,6 @@ pub fn plan_reduce_scatter(
             timeout_ns: control.timeout_ns,
             fault_chunk,
             fault_step,
-            scope: control.scope as u64,
             tuning: control.tuning,
         };
     }

@@ -7,7 +7,7 @@ use crate::hooks::TestHooks;
 use crate::planner::Control;
 use crate::ring::RingOrder;
 use crate::status::{first_error, rank_errors};
-use ringreduce_kernels::{Scope, StatusRecord};
+use ringreduce_kernels::StatusRecord;
 use std::sync::Mutex;
 
 pub(crate) struct CommState {
@@ -66,12 +66,11 @@ impl CommState {
     }
 
     /// The watchdog settings for the kernels, given the abort word's address.
-    pub fn control(&self, abort_word: u64, scope: Scope) -> Control {
+    pub fn control(&self, abort_word: u64) -> Control {
         Control {
             abort_flag: if self.config.watchdog { abort_word } else { 0 },
             timeout_ns: self.config.timeout_ns(),
             fault: self.hooks().lost_signal,
-            scope,
             tuning: std::env::var("RINGREDUCE_TUNING")
                 .ok()
                 .and_then(|v| v.parse().ok())

@@ -16,7 +16,7 @@ use crate::args::{KernelArgs, WaitKind};
 use crate::device::Device;
 use crate::element::Element;
 use crate::op::ReduceOp;
-use crate::plan::{block_residue, Sizing};
+use crate::plan::{block_residue, Sizing, NUM_SUBCHUNKS};
 use crate::primitives::{
     signal, transfer, tuning, wait_until, WaitCtx, WaitSite, COPY, FINAL, REDUCE,
 };
@@ -67,7 +67,7 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
         if !failed {
             // Our own flag resets from the previous collective must be
             // visible before anyone acts on the announcement.
-            signal(d, &WaitCtx::of(a), a.prev_slot, a.recv | 1);
+            signal(d, a.prev_slot, a.recv | 1);
             failed = !wait_until(
                 d,
                 WaitCtx::of(a),
@@ -79,6 +79,11 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
     }
     failed = d.block_barrier_or(failed);
 
+    let peek = a.tuning & tuning::PEEK != 0;
+    let pf = tuning::prefetch_rounds(a.tuning);
+    // Thread 0 only: the flag of the slot after the current one was already
+    // seen ready (an acquire load issued while the current slot moved).
+    let mut next_ready = false;
     for c in 0..s.num_chunks {
         let slices = s.slices(c);
         for step in 0..k {
@@ -92,10 +97,13 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
             for (sub, &len) in slices.iter().enumerate() {
                 let sub = sub as u64;
                 if tid < THREADS {
-                    if tid == 0 && !failed {
+                    if tid == 0 && !failed && !next_ready {
                         failed = !wait_for_slot(d, a, c, step, sub);
                     }
                     failed = d.producer_barrier_or(failed);
+                    if tid == 0 && !failed && peek {
+                        next_ready = peek_next_slot(d, a, c, step, sub);
+                    }
                     if !failed {
                         let slot = s.slot_offset(block, sub) + residue;
                         let own = (a.send + (block * s.n + off) * sz) as *const T;
@@ -103,32 +111,28 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
                         if step == 0 {
                             let dst = (a.next_buffer + slot) as *mut T;
                             transfer::<D, T, O, THREADS, COPY>(
-                                d, tid, dst, incoming, own, len, aligned, k32,
+                                d, tid, dst, incoming, own, len, aligned, k32, pf,
                             );
                         } else if step + 1 < k {
                             let dst = (a.next_buffer + slot) as *mut T;
                             transfer::<D, T, O, THREADS, REDUCE>(
-                                d, tid, dst, incoming, own, len, aligned, k32,
+                                d, tid, dst, incoming, own, len, aligned, k32, pf,
                             );
                         } else {
                             let dst = (a.recv + off * sz) as *mut T;
                             transfer::<D, T, O, THREADS, FINAL>(
-                                d, tid, dst, incoming, own, len, aligned, k32,
+                                d, tid, dst, incoming, own, len, aligned, k32, pf,
                             );
                         }
                     }
                 }
-                if tid < THREADS && a.tuning & tuning::PRODUCER_FENCE != 0 {
-                    d.fence(a.scope());
-                }
                 failed = d.block_barrier_or(failed);
                 if tid == THREADS && !failed {
-                    let ctx = WaitCtx::of(a);
                     if !drop_signal(a, c, step) {
-                        signal(d, &ctx, a.next_new_data, Sizing::new_data_value(k, c, step, sub));
+                        signal(d, a.next_new_data, Sizing::new_data_value(k, c, step, sub));
                     }
                     if step + 1 == k && c + 1 < s.num_chunks {
-                        signal(d, &ctx, a.prev_chunk_done, Sizing::chunk_done_value(c, sub));
+                        signal(d, a.prev_chunk_done, Sizing::chunk_done_value(c, sub));
                     }
                 }
                 off += len;
@@ -150,39 +154,65 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
         if wait_until(d, WaitCtx::of(a), a.this_new_data, site, |v| v >= last) {
             d.store_volatile(a.this_new_data as *mut u64, 0);
             d.store_volatile(a.this_chunk_done as *mut u64, 0);
-            signal(d, &WaitCtx::of(a), a.this_slot, 0);
+            signal(d, a.this_slot, 0);
         }
     }
 }
 
-/// Thread 0's wait before moving slice (c, step, sub): at step 0 for the
-/// successor to have drained the previous chunk from that slot, later for
-/// the predecessor's data of the step before.
+/// What thread 0 must see before moving slice (c, step, sub): at step 0 the
+/// successor having drained the previous chunk from that slot, later the
+/// predecessor's data of the step before. `None`: nothing to wait for.
 #[inline(always)]
-unsafe fn wait_for_slot<D: Device>(d: &D, a: &KernelArgs, c: u64, step: u64, sub: u64) -> bool {
-    if step == 0 {
+fn slot_condition(a: &KernelArgs, c: u64, step: u64, sub: u64) -> Option<(u64, WaitSite)> {
+    let (flag, kind, expected) = if step == 0 {
         if c == 0 {
-            return true;
+            return None;
         }
         let want = Sizing::chunk_done_value(c - 1, sub);
-        let site = WaitSite {
-            kind: WaitKind::ChunkDone,
-            chunk: c,
-            step,
-            sub,
-            expected: want,
-        };
-        wait_until(d, WaitCtx::of(a), a.this_chunk_done, site, |v| v >= want)
+        (a.this_chunk_done, WaitKind::ChunkDone, want)
     } else {
         let want = Sizing::new_data_value(a.k, c, step - 1, sub);
-        let site = WaitSite {
-            kind: WaitKind::NewData,
-            chunk: c,
-            step,
-            sub,
-            expected: want,
-        };
-        wait_until(d, WaitCtx::of(a), a.this_new_data, site, |v| v >= want)
+        (a.this_new_data, WaitKind::NewData, want)
+    };
+    let site = WaitSite {
+        kind,
+        chunk: c,
+        step,
+        sub,
+        expected,
+    };
+    Some((flag, site))
+}
+
+/// Thread 0's wait before moving slice (c, step, sub).
+#[inline(always)]
+unsafe fn wait_for_slot<D: Device>(d: &D, a: &KernelArgs, c: u64, step: u64, sub: u64) -> bool {
+    match slot_condition(a, c, step, sub) {
+        None => true,
+        Some((flag, site)) => {
+            wait_until(d, WaitCtx::of(a), flag, site, |v| v >= site.expected)
+        }
+    }
+}
+
+/// One acquire look at the flag of the slice after (c, step, sub): if it is
+/// already ready, thread 0 need not wait for it when its turn comes, and the
+/// look cost no time on the producers' path.
+#[inline(always)]
+unsafe fn peek_next_slot<D: Device>(d: &D, a: &KernelArgs, c: u64, step: u64, sub: u64) -> bool {
+    let (c, step, sub) = if sub + 1 < NUM_SUBCHUNKS {
+        (c, step, sub + 1)
+    } else if step + 1 < a.k {
+        (c, step + 1, 0)
+    } else {
+        (c + 1, 0, 0)
+    };
+    if c >= a.sizing.num_chunks {
+        return false;
+    }
+    match slot_condition(a, c, step, sub) {
+        None => true,
+        Some((flag, site)) => d.load_acquire(flag as *const u64) >= site.expected,
     }
 }
 

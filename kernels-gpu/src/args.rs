@@ -48,29 +48,12 @@ pub struct KernelArgs {
     pub status: u64,
     /// Longest a single wait may spin without progress, in ns (0: forever).
     pub timeout_ns: u64,
-    /// A [`crate::Scope`]: how far the farthest ring neighbour is, which
-    /// sets the scope of every flag's acquire and release.
-    pub scope: u64,
     /// EXPERIMENT: protocol variants, see `primitives::tuning`.
     pub tuning: u64,
     /// With the `fault-injection` feature: the (chunk, step) whose "new
     /// data" signals are dropped. `u64::MAX` disables it.
     pub fault_chunk: u64,
     pub fault_step: u64,
-}
-
-impl KernelArgs {
-    /// The fence scope of this rank's flags; system scope unless the host
-    /// said the whole ring shares one device.
-    #[inline(always)]
-    pub fn scope(&self) -> crate::Scope {
-        let s = crate::Scope::from_u64(self.scope);
-        if self.tuning & crate::primitives::tuning::FORCE_SYS != 0 {
-            crate::Scope::System
-        } else {
-            s
-        }
-    }
 }
 
 /// How a rank's kernel ended.

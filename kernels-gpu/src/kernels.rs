@@ -4,7 +4,7 @@
 use crate::algorithm::reduce_scatter;
 use crate::arch::nvptx::{block_idx, grid_dim, trap, Gpu};
 use crate::args::KernelArgs;
-use crate::device::{Device, Scope};
+use crate::device::Device;
 use crate::op::{Avg, Max, Min, Prod, Sum};
 use crate::plan::GPU_THREADS;
 use crate::primitives::{transfer, COPY, REDUCE};
@@ -56,12 +56,12 @@ rs_types! {
 /// One block copying `n` `u64`s with the reduce-scatter's own copy loop:
 /// the ceiling of one-block mode.
 #[no_mangle]
-pub unsafe extern "ptx-kernel" fn ringreduce_copy_block(dst: u64, src: u64, n: u64) {
+pub unsafe extern "ptx-kernel" fn ringreduce_copy_block(dst: u64, src: u64, n: u64, pf: u64) {
     let g = Block::default();
     let tid = g.thread_idx();
     if tid < GPU_THREADS {
         let s = src as *const u64;
-        transfer::<Block, u64, Sum, GPU_THREADS, COPY>(&g, tid, dst as *mut u64, s, s, n, true, 1);
+        transfer::<Block, u64, Sum, GPU_THREADS, COPY>(&g, tid, dst as *mut u64, s, s, n, true, 1, pf);
     }
 }
 
@@ -92,22 +92,21 @@ pub unsafe extern "ptx-kernel" fn ringreduce_copy_grid(dst: u64, src: u64, n: u6
 /// reduce-scatter's reduce loop: the ceiling of a middle ring step, which
 /// reads two inputs per output.
 #[no_mangle]
-pub unsafe extern "ptx-kernel" fn ringreduce_reduce_block(dst: u64, a: u64, b: u64, n: u64) {
+pub unsafe extern "ptx-kernel" fn ringreduce_reduce_block(dst: u64, a: u64, b: u64, n: u64, pf: u64) {
     let g = Block::default();
     let tid = g.thread_idx();
     if tid < GPU_THREADS {
         let (d, a, b) = (dst as *mut f32, a as *const f32, b as *const f32);
-        transfer::<Block, f32, Sum, GPU_THREADS, REDUCE>(&g, tid, d, a, b, n, true, 1);
+        transfer::<Block, f32, Sum, GPU_THREADS, REDUCE>(&g, tid, d, a, b, n, true, 1, pf);
     }
 }
 
 /// Two blocks bouncing a counter `iters` times through two flags, with the
-/// same acquire loads and fences (at `scope`, a [`Scope`]) as the ring
-/// protocol: the latency of one signal round trip.
+/// same acquire loads and fences as the ring protocol: the latency of one
+/// signal round trip.
 #[no_mangle]
-pub unsafe extern "ptx-kernel" fn ringreduce_pingpong(flags: u64, iters: u64, scope: u64) {
+pub unsafe extern "ptx-kernel" fn ringreduce_pingpong(flags: u64, iters: u64) {
     let g = Gpu::<{ GPU_THREADS as u32 }>;
-    let scope = Scope::from_u64(scope);
     if g.thread_idx() != 0 {
         return;
     }
@@ -118,20 +117,20 @@ pub unsafe extern "ptx-kernel" fn ringreduce_pingpong(flags: u64, iters: u64, sc
     let deadline = g.now_ns().saturating_add(10_000_000_000);
     for i in 1..=iters {
         if me == 0 {
-            g.fence(scope);
+            g.fence();
             g.store_volatile(ping, i);
-            while g.load_acquire(pong, scope) != i {
+            while g.load_acquire(pong) != i {
                 if g.now_ns() > deadline {
                     return;
                 }
             }
         } else {
-            while g.load_acquire(ping, scope) != i {
+            while g.load_acquire(ping) != i {
                 if g.now_ns() > deadline {
                     return;
                 }
             }
-            g.fence(scope);
+            g.fence();
             g.store_volatile(pong, i);
         }
     }

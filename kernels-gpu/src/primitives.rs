@@ -2,7 +2,7 @@
 //! the unrolled copy/reduce loops.
 
 use crate::args::{KernelArgs, StatusRecord, WaitKind, WaitOutcome};
-use crate::device::{Device, Scope};
+use crate::device::Device;
 use crate::element::Element;
 use crate::op::ReduceOp;
 use crate::plan::{PACK_BYTES, UNROLL};
@@ -16,14 +16,12 @@ pub const POLLS_PER_CHECK: u32 = 256;
 
 /// EXPERIMENT: protocol variants selected at run time.
 pub mod tuning {
-    /// The waiter spins with volatile loads and then fences (the old way).
-    pub const FENCE_WAIT: u64 = 1;
-    /// No fences at all (unsafe; only to bound what fences cost).
-    pub const NO_FENCE: u64 = 2;
-    /// Every producer fences its own stores before the block barrier.
-    pub const PRODUCER_FENCE: u64 = 4;
-    /// System scope even when all ranks share a device.
-    pub const FORCE_SYS: u64 = 8;
+    /// Thread 0 looks at the next slot's flag while the current one moves.
+    pub const PEEK: u64 = 1;
+    /// Bits 4..8: prefetch own input this many unrolled rounds ahead.
+    pub fn prefetch_rounds(t: u64) -> u64 {
+        (t >> 4) & 15
+    }
 }
 
 /// What a wait needs to know about its rank, passed by value so that the
@@ -35,8 +33,6 @@ pub struct WaitCtx {
     pub status: u64,
     pub user_rank: u64,
     pub ring_pos: u64,
-    pub scope: Scope,
-    pub tuning: u64,
 }
 
 impl WaitCtx {
@@ -48,8 +44,6 @@ impl WaitCtx {
             status: a.status,
             user_rank: a.user_rank,
             ring_pos: a.ring_pos,
-            scope: a.scope(),
-            tuning: a.tuning,
         }
     }
 }
@@ -64,8 +58,8 @@ pub struct WaitSite {
     pub expected: u64,
 }
 
-/// Spins until `ready(flag)` holds, then fences so that what the writer
-/// published before its flag store is visible. Gives up when the host sets
+/// Spins until `ready(flag)` holds; the acquire loads make what the writer
+/// published before its flag store visible to the loads after. Gives up when the host sets
 /// the abort word or when `timeout_ns` passes without `ready`, writes the
 /// status record, and returns `false`.
 ///
@@ -82,17 +76,9 @@ pub unsafe fn wait_until<D: Device, F: Fn(u64) -> bool>(
     let flag = flag as *const u64;
     let mut polls: u32 = 0;
     let mut start: u64 = 0;
-    let old = args.tuning & (tuning::FENCE_WAIT | tuning::NO_FENCE) != 0;
     loop {
-        let seen = if old {
-            d.load_volatile(flag)
-        } else {
-            d.load_acquire(flag, args.scope)
-        };
+        let seen = d.load_acquire(flag);
         if ready(seen) {
-            if args.tuning & tuning::FENCE_WAIT != 0 {
-                d.fence(args.scope);
-            }
             return true;
         }
         polls = polls.wrapping_add(1);
@@ -149,10 +135,9 @@ unsafe fn report<D: Device>(
     for i in 1..StatusRecord::WORDS {
         d.store_volatile(dst.add(i), *words.add(i));
     }
-    // The record is in host memory: system scope, whatever the ring's.
-    d.fence(Scope::System);
+    d.fence();
     d.store_volatile(dst, outcome as u64);
-    d.fence(Scope::System);
+    d.fence();
 }
 
 /// Publishes `value` in a peer's flag: the fence releases every store the
@@ -161,10 +146,8 @@ unsafe fn report<D: Device>(
 /// # Safety
 /// `flag` must be a valid flag address.
 #[inline(always)]
-pub unsafe fn signal<D: Device>(d: &D, ctx: &WaitCtx, flag: u64, value: u64) {
-    if ctx.tuning & tuning::NO_FENCE == 0 {
-        d.fence(ctx.scope);
-    }
+pub unsafe fn signal<D: Device>(d: &D, flag: u64, value: u64) {
+    d.fence();
     d.store_volatile(flag as *mut u64, value);
 }
 
@@ -272,6 +255,7 @@ pub unsafe fn transfer<D: Device, T: Element, O: ReduceOp, const THREADS: u64, c
     n: u64,
     aligned: bool,
     k: u32,
+    pf: u64,
 ) {
     let sz = size_of::<T>() as u64;
     let head = if aligned {
@@ -299,6 +283,12 @@ pub unsafe fn transfer<D: Device, T: Element, O: ReduceOp, const THREADS: u64, c
     // A lane runs a full unrolled round while its last pack of the round
     // exists; what is left goes one pack at a time below.
     while p + (UNROLL - 1) * THREADS < packs {
+        if pf != 0 {
+            let q = p + pf * round;
+            if q + (UNROLL - 1) * THREADS < packs {
+                unroll8!(u => d.prefetch_l2(po.add(at(q + u * THREADS))));
+            }
+        }
         let o = unroll8!(u => d.load_pack(po.add(at(p + u * THREADS))));
         let r = if MODE == COPY {
             o

@@ -11,7 +11,7 @@ use crate::state::CommState;
 use ringreduce_kernels::algorithm::reduce_scatter;
 use ringreduce_kernels::plan::CPU_THREADS;
 use ringreduce_kernels::{
-    Avg, Element, KernelArgs, Max, Min, Op, Prod, ReduceOp, Scope, StatusRecord, Sum,
+    Avg, Element, KernelArgs, Max, Min, Op, Prod, ReduceOp, StatusRecord, Sum,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
@@ -192,10 +192,7 @@ impl CpuCommunicator {
                 }
             });
         }
-        let control = self
-            .inner
-            .state
-            .control(self.inner.abort.as_ptr() as u64, Scope::System);
+        let control = self.inner.state.control(self.inner.abort.as_ptr() as u64);
         let plan = plan_reduce_scatter(
             &self.inner.state.ring,
             &self.wiring(),

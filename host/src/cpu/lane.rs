@@ -1,7 +1,7 @@
 //! The CPU execution's [`Device`]: one OS thread per lane, barriers with an
 //! OR-reduction, and flags as atomics.
 
-use ringreduce_kernels::device::{Device, Scope};
+use ringreduce_kernels::Device;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
@@ -69,8 +69,7 @@ pub struct Lane<'a> {
 
 // SAFETY: flags are accessed as atomics; `load_acquire` is an acquire load;
 // `fence` is a SeqCst fence, which releases before a relaxed flag store; the
-// barriers order memory through their mutex. All lanes share one address
-// space, so every scope is the same.
+// barriers order memory through their mutex.
 unsafe impl Device for Lane<'_> {
     fn thread_idx(&self) -> u64 {
         self.tid
@@ -93,10 +92,10 @@ unsafe impl Device for Lane<'_> {
     unsafe fn store_pack(&self, p: *mut u8, v: [u32; 4]) {
         (p as *mut [u32; 4]).write(v)
     }
-    unsafe fn load_acquire(&self, p: *const u64, _: Scope) -> u64 {
+    unsafe fn load_acquire(&self, p: *const u64) -> u64 {
         (*(p as *const AtomicU64)).load(Ordering::Acquire)
     }
-    fn fence(&self, _: Scope) {
+    fn fence(&self) {
         fence(Ordering::SeqCst)
     }
     fn now_ns(&self) -> u64 {

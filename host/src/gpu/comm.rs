@@ -12,7 +12,7 @@ use crate::state::CommState;
 use cudarc::driver::{result, sys, CudaContext, CudaStream, CudaView, CudaViewMut};
 use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceSlice};
 use ringreduce_kernels::plan::{GPU_THREADS, NUM_SUBCHUNKS};
-use ringreduce_kernels::{DataType, KernelArgs, Op, Scope, StatusRecord};
+use ringreduce_kernels::{DataType, KernelArgs, Op, StatusRecord};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -163,17 +163,6 @@ impl Communicator {
             .iter()
             .map(|r| Ok(r.ctx.new_stream()?))
             .collect()
-    }
-
-    /// GPU scope when every rank lives on one device: then no flag or
-    /// staging write ever leaves it, and the cheaper fences suffice.
-    fn scope(&self) -> Scope {
-        let first = self.inner.ranks[0].ctx.ordinal();
-        if self.inner.ranks.iter().all(|r| r.ctx.ordinal() == first) {
-            Scope::Gpu
-        } else {
-            Scope::System
-        }
     }
 
     fn wiring(&self) -> Vec<RankWiring> {
@@ -398,7 +387,7 @@ impl Communicator {
             dtype,
             self.inner.state.config.buffer_bytes,
             GPU_THREADS,
-            self.inner.state.control(self.inner.host.device, self.scope()),
+            self.inner.state.control(self.inner.host.device),
         )?;
         let mut last = self.inner.launch.lock().unwrap_or_else(|e| e.into_inner());
         match plan {

@@ -1,8 +1,8 @@
 //! The one module with inline PTX: thread index, barriers with a predicate
-//! reduction, volatile and acquire flag accesses, scoped fences, the global
+//! reduction, volatile and acquire flag accesses, the system fence, L2 prefetch, the global
 //! timer and half-precision conversions.
 
-use crate::device::{Device, Scope};
+use crate::device::Device;
 use core::arch::asm;
 
 /// A GPU block running the kernel; `THREADS` producers plus one signaller.
@@ -95,25 +95,20 @@ unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
     }
 
     #[inline(always)]
-    unsafe fn load_acquire(&self, p: *const u64, scope: Scope) -> u64 {
+    unsafe fn load_acquire(&self, p: *const u64) -> u64 {
         let v: u64;
-        match scope {
-            Scope::Gpu => {
-                asm!("ld.acquire.gpu.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p, options(nostack))
-            }
-            Scope::System => {
-                asm!("ld.acquire.sys.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p, options(nostack))
-            }
-        }
+        asm!("ld.acquire.sys.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p, options(nostack));
         v
     }
 
     #[inline(always)]
-    fn fence(&self, scope: Scope) {
-        match scope {
-            Scope::Gpu => unsafe { asm!("fence.acq_rel.gpu;", options(nostack)) },
-            Scope::System => unsafe { asm!("fence.acq_rel.sys;", options(nostack)) },
-        }
+    fn fence(&self) {
+        unsafe { asm!("fence.acq_rel.sys;", options(nostack)) };
+    }
+
+    #[inline(always)]
+    unsafe fn prefetch_l2(&self, p: *const u8) {
+        asm!("prefetch.L2 [{p}];", p = in(reg64) p, options(nostack, readonly));
     }
 
     #[inline(always)]

@@ -8,7 +8,6 @@ use cudarc::driver::{
 use ringreduce::gpu::module::{
     module_for, COPY_BLOCK_KERNEL, COPY_GRID_KERNEL, PINGPONG_KERNEL, REDUCE_BLOCK_KERNEL,
 };
-use ringreduce::kernels::Scope;
 use ringreduce::kernels::plan::GPU_THREADS;
 use std::sync::Arc;
 
@@ -38,13 +37,13 @@ fn time_us(
 }
 
 /// Measures the device-wide copy, the single-block copy and reduce, and the
-/// flag ping-pong at `scope` (the ring's). `copy_bytes` should be far
-/// larger than the L2 cache.
-pub fn measure(
-    ctx: &Arc<CudaContext>,
-    copy_bytes: u64,
-    scope: Scope,
-) -> ringreduce::Result<Ceilings> {
+/// flag ping-pong. `copy_bytes` should be far larger than the L2 cache.
+pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> ringreduce::Result<Ceilings> {
+    let pf: u64 = std::env::var("RINGREDUCE_TUNING")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(|t| (t >> 4) & 15)
+        .unwrap_or(0);
     let module = module_for(ctx)?;
     let stream = ctx.new_stream()?;
     let words = (copy_bytes / 8) as usize;
@@ -83,7 +82,7 @@ pub fn measure(
     };
     let t_block = time_us(&stream, 5, || {
         let mut b = stream.launch_builder(&block);
-        b.arg(&dp).arg(&sp).arg(&n);
+        b.arg(&dp).arg(&sp).arg(&n).arg(&pf);
         // SAFETY: as above.
         unsafe { b.launch(block_cfg) }?;
         Ok(())
@@ -96,14 +95,14 @@ pub fn measure(
     let src_b = sp + half_f32 * 4;
     let t_reduce = time_us(&stream, 5, || {
         let mut b = stream.launch_builder(&reduce);
-        b.arg(&dp).arg(&sp).arg(&src_b).arg(&half_f32);
+        b.arg(&dp).arg(&sp).arg(&src_b).arg(&half_f32).arg(&pf);
         // SAFETY: `src` holds 2n f32s (two inputs of n), `dst` at least n.
         unsafe { b.launch(block_cfg) }?;
         Ok(())
     })?;
 
     let ping = module.load_function(PINGPONG_KERNEL)?;
-    let scope_word = scope as u64;
+
     let mut flags = stream.alloc_zeros::<u64>(32)?;
     let iters: u64 = 10_000;
     let ping_cfg = LaunchConfig {
@@ -115,7 +114,7 @@ pub fn measure(
         stream.memset_zeros(&mut flags)?;
         let (fp, _g) = flags.device_ptr(&stream);
         let mut b = stream.launch_builder(&ping);
-        b.arg(&fp).arg(&iters).arg(&scope_word);
+        b.arg(&fp).arg(&iters);
         // SAFETY: 32 zeroed words; both blocks fit on any device.
         unsafe { b.launch(ping_cfg) }?;
         Ok(())

@@ -161,9 +161,7 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         // tracking would add driver calls to every one of them.
         // SAFETY: the bench synchronises its streams itself.
         unsafe { ctx.disable_event_tracking() };
-        // Virtual ranks share device 0: the ring signals at GPU scope.
-        let c = ceilings::measure(&ctx, CEILING_COPY_BYTES, ringreduce::kernels::Scope::Gpu)
-            .map_err(|e| e.to_string())?;
+        let c = ceilings::measure(&ctx, CEILING_COPY_BYTES).map_err(|e| e.to_string())?;
         print!("{}", table::preamble(&report));
         print!("{}", table::ceilings(&c));
         report.ceilings = Some(c.clone());
