@@ -28,6 +28,17 @@ pub enum Error {
         device: usize,
         threads: usize,
     },
+    #[error(
+        "ranks {a} and {b} are ring neighbours, but their devices {device_a} and {device_b} \
+         cannot access each other's memory both ways (cuDeviceCanAccessPeer); choose another \
+         ring order or other devices"
+    )]
+    NoPeerAccess {
+        a: usize,
+        b: usize,
+        device_a: usize,
+        device_b: usize,
+    },
     #[error("ring order {order:?} is not a permutation of 0..{k}")]
     BadRingOrder { order: Vec<u32>, k: usize },
     #[error(

@@ -5,7 +5,9 @@
 //! compiled to PTX by rustc's `nvptx64-nvidia-cuda` target and embedded in
 //! this crate at build time.
 //!
-//! * [`Communicator`]: `k` ranks, today as virtual ranks on one GPU.
+//! * [`Communicator`]: `k` ranks, each on a GPU: one rank per GPU with
+//!   peer-to-peer writes between neighbours, several virtual ranks on one
+//!   GPU, or a mix.
 //! * [`CpuCommunicator`]: the same kernel code on CPU threads, for machines
 //!   without a GPU and for tests.
 //!
@@ -36,6 +38,7 @@ pub mod reference;
 pub mod ring;
 mod state;
 pub mod status;
+pub mod topology;
 
 pub use config::CommConfig;
 pub use cpu::{CpuBuffers, CpuCommunicator, HostBuffer, HostView};

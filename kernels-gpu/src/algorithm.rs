@@ -189,9 +189,7 @@ fn slot_condition(a: &KernelArgs, c: u64, step: u64, sub: u64) -> Option<(u64, W
 unsafe fn wait_for_slot<D: Device>(d: &D, a: &KernelArgs, c: u64, step: u64, sub: u64) -> bool {
     match slot_condition(a, c, step, sub) {
         None => true,
-        Some((flag, site)) => {
-            wait_until(d, WaitCtx::of(a), flag, site, |v| v >= site.expected)
-        }
+        Some((flag, site)) => wait_until(d, WaitCtx::of(a), flag, site, |v| v >= site.expected),
     }
 }
 

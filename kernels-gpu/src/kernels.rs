@@ -61,7 +61,17 @@ pub unsafe extern "ptx-kernel" fn ringreduce_copy_block(dst: u64, src: u64, n: u
     let tid = g.thread_idx();
     if tid < GPU_THREADS {
         let s = src as *const u64;
-        transfer::<Block, u64, Sum, GPU_THREADS, COPY>(&g, tid, dst as *mut u64, s, s, n, true, 1, pf);
+        transfer::<Block, u64, Sum, GPU_THREADS, COPY>(
+            &g,
+            tid,
+            dst as *mut u64,
+            s,
+            s,
+            n,
+            true,
+            1,
+            pf,
+        );
     }
 }
 
@@ -92,7 +102,13 @@ pub unsafe extern "ptx-kernel" fn ringreduce_copy_grid(dst: u64, src: u64, n: u6
 /// reduce-scatter's reduce loop: the ceiling of a middle ring step, which
 /// reads two inputs per output.
 #[no_mangle]
-pub unsafe extern "ptx-kernel" fn ringreduce_reduce_block(dst: u64, a: u64, b: u64, n: u64, pf: u64) {
+pub unsafe extern "ptx-kernel" fn ringreduce_reduce_block(
+    dst: u64,
+    a: u64,
+    b: u64,
+    n: u64,
+    pf: u64,
+) {
     let g = Block::default();
     let tid = g.thread_idx();
     if tid < GPU_THREADS {

@@ -186,8 +186,9 @@ pub struct GpuBackend {
 }
 
 impl GpuBackend {
+    /// `k` ranks placed by [`crate::placement`] from `device` on.
     pub fn new(device: usize, k: usize, config: CommConfig) -> Result<Self> {
-        let comm = Communicator::with_config(device, k, config)?;
+        let comm = crate::gpu_comm(device, k, config)?;
         let streams = comm.new_streams()?;
         Ok(GpuBackend { comm, streams })
     }

@@ -32,3 +32,21 @@ pub fn gpu_or_skip(test: &str) -> Option<usize> {
         }
     }
 }
+
+/// Where the GPU tests put `k` ranks, starting at device `first`: one rank
+/// per GPU round robin when the machine has several (the peer-to-peer
+/// path, virtual ranks too once `k` exceeds the GPUs), else `k` virtual
+/// ranks on `first`. The same tests thus serve one GPU and many.
+pub fn placement(first: usize, k: usize) -> Vec<usize> {
+    let count = ringreduce::gpu::device_count().unwrap_or(1).max(1);
+    (0..k).map(|u| (first + u) % count).collect()
+}
+
+/// A communicator over [`placement`]`(first, k)`.
+pub fn gpu_comm(
+    first: usize,
+    k: usize,
+    config: ringreduce::CommConfig,
+) -> ringreduce::Result<ringreduce::Communicator> {
+    ringreduce::Communicator::with_placement(&placement(first, k), config)
+}

@@ -8,7 +8,7 @@ use ringreduce::{
 };
 use ringreduce_tests::cases::{Case, Offsets};
 use ringreduce_tests::soak::soak;
-use ringreduce_tests::{gpu_or_skip, run_case, GpuBackend};
+use ringreduce_tests::{gpu_comm, gpu_or_skip, run_case, GpuBackend};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -60,12 +60,16 @@ impl Bufs {
     }
     /// The first output element that is not the sentinel, if any.
     fn touched(&self) -> Option<String> {
-        self.recv.iter().zip(&self.streams).enumerate().find_map(|(u, (r, s))| {
-            let got = s.clone_dtoh(r).unwrap();
-            got.iter()
-                .position(|&x| x != SENTINEL)
-                .map(|i| format!("rank {u} element {i} is {}", got[i]))
-        })
+        self.recv
+            .iter()
+            .zip(&self.streams)
+            .enumerate()
+            .find_map(|(u, (r, s))| {
+                let got = s.clone_dtoh(r).unwrap();
+                got.iter()
+                    .position(|&x| x != SENTINEL)
+                    .map(|i| format!("rank {u} element {i} is {}", got[i]))
+            })
     }
     fn correct(&self, k: usize) -> bool {
         (0..k).all(|u| {
@@ -181,7 +185,7 @@ fn gpu_missing_rank_times_out() {
     };
     let (k, missing) = (4, 1);
     let timeout = Duration::from_secs(1);
-    let comm = Communicator::with_config(dev, k, CommConfig::default().timeout(timeout)).unwrap();
+    let comm = gpu_comm(dev, k, CommConfig::default().timeout(timeout)).unwrap();
     comm.withhold_rank(Some(missing));
     let mut b = bufs(&comm, 1 << 20);
     let s = b.streams.clone();
@@ -206,7 +210,7 @@ fn gpu_missing_rank_times_out() {
     assert!(matches!(comm.synchronize(), Err(Error::Broken(_))));
     drop(comm);
     // The process stays healthy: a new communicator works.
-    let comm = Communicator::new(dev, k).unwrap();
+    let comm = gpu_comm(dev, k, CommConfig::default()).unwrap();
     let mut b = bufs(&comm, 4096);
     let s = b.streams.clone();
     b.run(&comm, &s).unwrap();
@@ -220,7 +224,7 @@ fn gpu_abort() {
         return;
     };
     let k = 4;
-    let comm = Communicator::with_config(
+    let comm = gpu_comm(
         dev,
         k,
         CommConfig::default().timeout(Duration::from_secs(60)),
@@ -259,7 +263,7 @@ fn gpu_lost_signal() {
     };
     let k = 4;
     let cfg = CommConfig::default().timeout(Duration::from_millis(500));
-    let comm = Communicator::with_config(dev, k, cfg).unwrap();
+    let comm = gpu_comm(dev, k, cfg).unwrap();
     comm.inject_lost_signal(2, 1, 2);
     let mut b = bufs(&comm, 1 << 20);
     let s = b.streams.clone();
@@ -296,7 +300,7 @@ fn gpu_poisoned_inputs_match_the_cpu() {
                 .collect()
         })
         .collect();
-    let gpu = Communicator::new(dev, k).unwrap();
+    let gpu = gpu_comm(dev, k, CommConfig::default()).unwrap();
     let cpu = CpuCommunicator::new(k).unwrap();
     let streams = gpu.new_streams().unwrap();
     for op in Op::ALL {
@@ -386,8 +390,7 @@ fn gpu_soak() {
         } else {
             (0..k as u32).rev().collect()
         };
-        let comm =
-            Communicator::with_config(dev, k, CommConfig::default().ring_order(ring)).unwrap();
+        let comm = gpu_comm(dev, k, CommConfig::default().ring_order(ring)).unwrap();
         let sets: Vec<Vec<Arc<CudaStream>>> = (0..3).map(|_| comm.new_streams().unwrap()).collect();
         let t0 = Instant::now();
         let rep = soak(&comm, &sets, ops, 500, max_count, 11 + k as u64).unwrap();

@@ -1,7 +1,10 @@
 //! The GPU communicator: per-rank staging buffers, flags and slots in device
 //! memory, and one 257-thread block launched per rank per collective.
 
-use super::driver::{open_device, pointer_device, within_allocation, DeviceAlloc, MappedHost};
+use super::driver::{
+    enable_peer_access, open_device, p2p_link, pointer_device, within_allocation, DeviceAlloc,
+    MappedHost,
+};
 use super::module::Kernels;
 use crate::config::CommConfig;
 use crate::element::RsElement;
@@ -9,10 +12,13 @@ use crate::error::{Error, Result};
 use crate::planner::{plan_reduce_scatter, BufferSpan, Plan, RankWiring};
 use crate::ring::RingOrder;
 use crate::state::CommState;
+use crate::topology::{check_ring, ring_from_topology};
 use cudarc::driver::{result, sys, CudaContext, CudaStream, CudaView, CudaViewMut};
 use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceSlice};
 use ringreduce_kernels::plan::{GPU_THREADS, NUM_SUBCHUNKS};
 use ringreduce_kernels::{DataType, KernelArgs, Op, StatusRecord};
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -75,9 +81,10 @@ struct Inner {
     state: CommState,
 }
 
-/// A communicator over `k` ranks. With [`Communicator::new`], all ranks are
-/// virtual ranks on one GPU: each has its own staging buffer, flags and
-/// slot in that GPU's memory, and its own block.
+/// A communicator over `k` ranks, each with its own staging buffer, flags
+/// and slot in its device's memory, and its own block. With
+/// [`Communicator::new`] all ranks are virtual ranks on one GPU; with
+/// [`Communicator::with_placement`] they can be one per GPU.
 ///
 /// Co-residency of the `k` blocks: every collective launches one block per
 /// rank, each on that rank's own stream, exactly as one block per GPU would
@@ -99,25 +106,72 @@ impl Communicator {
         Self::with_config(device, k, CommConfig::default())
     }
 
+    /// `k` virtual ranks on device `device`.
     pub fn with_config(device: usize, k: usize, config: CommConfig) -> Result<Self> {
+        Self::with_placement(&vec![device; k], config)
+    }
+
+    /// One rank per entry of `devices`: user rank `u` runs on device
+    /// `devices[u]`. Distinct devices give one rank per GPU, with each rank
+    /// writing straight into its successor's memory (peer-to-peer); a device
+    /// listed several times holds that many virtual ranks. The kernel is the
+    /// same either way.
+    ///
+    /// Without a ring order in `config`, the ring follows the links between
+    /// the devices (see [`ring_from_topology`]); ring neighbours on two
+    /// devices that cannot reach each other are [`Error::NoPeerAccess`].
+    pub fn with_placement(devices: &[usize], config: CommConfig) -> Result<Self> {
+        let k = devices.len();
         if k == 0 {
             return Err(Error::ZeroRanks);
         }
-        let ring = RingOrder::for_ranks(config.ring_order.as_deref(), k)?;
+        RingOrder::for_ranks(config.ring_order.as_deref(), k)?;
         crate::planner::sizing(k, 0, DataType::U8, config.buffer_bytes, GPU_THREADS)?;
-        let ctx = open_device(device)?;
-        let kernels = Arc::new(Kernels::load(&ctx)?);
-        check_residency(&ctx, &kernels, k)?;
+        let mut ctxs: BTreeMap<usize, Arc<CudaContext>> = BTreeMap::new();
+        for &d in devices {
+            if let Entry::Vacant(e) = ctxs.entry(d) {
+                e.insert(open_device(d)?);
+            }
+        }
+        let mut links = HashMap::new();
+        for (&a, ca) in &ctxs {
+            for (&b, cb) in &ctxs {
+                if a != b {
+                    links.insert((a, b), p2p_link(ca, cb)?);
+                }
+            }
+        }
+        let link = |a: usize, b: usize| links[&(a, b)];
+        let ring = match config.ring_order.as_deref() {
+            Some(order) => {
+                let ring = RingOrder::new(order)?;
+                check_ring(devices, &ring, link)?;
+                ring
+            }
+            None => ring_from_topology(devices, link)?,
+        };
+        let ufr = ring.user_from_ring();
+        for p in 0..k {
+            let (a, b) = (devices[ufr[p] as usize], devices[ufr[(p + 1) % k] as usize]);
+            if a != b {
+                enable_peer_access(&ctxs[&a], &ctxs[&b])?;
+                enable_peer_access(&ctxs[&b], &ctxs[&a])?;
+            }
+        }
+        let mut kernels_of = HashMap::new();
+        for (&d, ctx) in &ctxs {
+            let kernels = Arc::new(Kernels::load(ctx)?);
+            let here = devices.iter().filter(|&&x| x == d).count();
+            check_residency(ctx, &kernels, here)?;
+            kernels_of.insert(d, kernels);
+        }
+        let table: Vec<u8> = ufr.iter().flat_map(|u| u.to_ne_bytes()).collect();
         let mut ranks = Vec::with_capacity(k);
-        let table: Vec<u8> = ring
-            .user_from_ring()
-            .iter()
-            .flat_map(|u| u.to_ne_bytes())
-            .collect();
-        for _ in 0..k {
-            let staging = DeviceAlloc::zeroed(&ctx, config.buffer_bytes as usize)?;
-            let flags = DeviceAlloc::zeroed(&ctx, FLAG_BYTES)?;
-            let ufr = DeviceAlloc::zeroed(&ctx, table.len())?;
+        for &d in devices {
+            let ctx = &ctxs[&d];
+            let staging = DeviceAlloc::zeroed(ctx, config.buffer_bytes as usize)?;
+            let flags = DeviceAlloc::zeroed(ctx, FLAG_BYTES)?;
+            let ufr = DeviceAlloc::zeroed(ctx, table.len())?;
             // SAFETY: `ufr` holds exactly the table.
             unsafe { result::memcpy_htod_sync(ufr.ptr, &table)? };
             ranks.push(Rank {
@@ -127,16 +181,23 @@ impl Communicator {
                 user_from_ring: ufr,
             });
         }
-        let host = MappedHost::zeroed(&ctx, 1 + k * StatusRecord::WORDS)?;
+        // Portable, and at one address in every context (unified
+        // addressing), so every rank's kernel reaches the same words.
+        let host = MappedHost::zeroed(&ctxs[&devices[0]], 1 + k * StatusRecord::WORDS)?;
         Ok(Communicator {
             inner: Arc::new(Inner {
                 state: CommState::new(ring, config),
                 ranks,
-                kernels: vec![kernels; k],
+                kernels: devices.iter().map(|d| kernels_of[d].clone()).collect(),
                 host,
                 launch: Mutex::new(vec![None; k]),
             }),
         })
+    }
+
+    /// The device of each user rank.
+    pub fn devices(&self) -> Vec<usize> {
+        self.inner.ranks.iter().map(|r| r.ctx.ordinal()).collect()
     }
 
     pub fn k(&self) -> usize {

@@ -148,3 +148,37 @@ pub(crate) fn within_allocation(ptr: u64, bytes: u64) -> bool {
     let r = unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr) };
     r == sys::CUresult::CUDA_SUCCESS && ptr + bytes <= base + size as u64
 }
+
+/// The link from device `a` to device `b`, as the ring chooser needs it.
+pub(crate) fn p2p_link(a: &CudaContext, b: &CudaContext) -> Result<crate::topology::Link> {
+    let query = |attr| -> Result<i32> {
+        let mut v: std::ffi::c_int = 0;
+        // SAFETY: writes one int; both devices exist.
+        unsafe { sys::cuDeviceGetP2PAttribute(&mut v, attr, a.cu_device(), b.cu_device()) }
+            .result()?;
+        Ok(v)
+    };
+    use sys::CUdevice_P2PAttribute::*;
+    let mut can: std::ffi::c_int = 0;
+    // SAFETY: writes one int.
+    unsafe { sys::cuDeviceCanAccessPeer(&mut can, a.cu_device(), b.cu_device()) }.result()?;
+    Ok(crate::topology::Link {
+        access: can != 0 && query(CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED)? != 0,
+        perf_rank: query(CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK)?,
+    })
+}
+
+/// Lets kernels on `from`'s device read and write memory allocated in `to`
+/// (direct peer-to-peer stores over NVLink or PCIe). Access that some
+/// earlier communicator already enabled counts as success.
+pub(crate) fn enable_peer_access(from: &CudaContext, to: &CudaContext) -> Result<()> {
+    from.bind_to_thread()?;
+    // SAFETY: both contexts are alive; flags must be 0.
+    let r = unsafe { sys::cuCtxEnablePeerAccess(to.cu_ctx(), 0) };
+    match r {
+        sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {
+            Ok(())
+        }
+        e => Err(e.result().unwrap_err().into()),
+    }
+}

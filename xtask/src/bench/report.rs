@@ -71,6 +71,10 @@ pub struct Report {
     pub blocking: bool,
     pub buffsize: u64,
     pub ring_order: Vec<u32>,
+    /// The GPU of each user rank (one per GPU, or all on GPU 0 as virtual
+    /// ranks); empty for the CPU execution.
+    #[serde(default)]
+    pub devices: Vec<usize>,
     pub ceilings: Option<Ceilings>,
     pub rows: Vec<Row>,
     /// The same sweep through NCCL, when it ran.

@@ -124,10 +124,13 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
     let pts = points(args, &sizes)?;
     let ring =
         RingOrder::for_ranks(args.ring_order.as_deref(), args.ranks).map_err(|e| e.to_string())?;
-    let config = CommConfig::default()
+    let mut config = CommConfig::default()
         .buffer_bytes(args.buffsize)
-        .ring_order(ring.user_from_ring().to_vec())
         .watchdog(!args.no_watchdog);
+    // Without --ring-order, a ring over several GPUs follows their links.
+    if args.ring_order.is_some() {
+        config = config.ring_order(ring.user_from_ring().to_vec());
+    }
 
     let mut report = Report {
         schema: SCHEMA_VERSION,
@@ -145,6 +148,7 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         blocking: args.blocking,
         buffsize: args.buffsize,
         ring_order: ring.user_from_ring().to_vec(),
+        devices: vec![],
         ceilings: None,
         rows: vec![],
         nccl_rows: vec![],
@@ -162,10 +166,13 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         // SAFETY: the bench synchronises its streams itself.
         unsafe { ctx.disable_event_tracking() };
         let c = ceilings::measure(&ctx, CEILING_COPY_BYTES).map_err(|e| e.to_string())?;
+        let devices = placement(args.ranks, *gpus.as_ref().unwrap_or(&1));
+        let comm = Communicator::with_placement(&devices, config).map_err(|e| e.to_string())?;
+        report.ring_order = comm.ring_order().user_from_ring().to_vec();
+        report.devices = devices;
         print!("{}", table::preamble(&report));
         print!("{}", table::ceilings(&c));
         report.ceilings = Some(c.clone());
-        let comm = Communicator::with_config(0, args.ranks, config).map_err(|e| e.to_string())?;
         let streams = comm.new_streams().map_err(|e| e.to_string())?;
         print!("#\n{}", table::header("1-block copy"));
         report.rows = gpu_sweep(args, &comm, &streams, &pts, Some(c.block_copy_gbps))?;
@@ -211,6 +218,16 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         println!("# Plot written to {}", p.display());
     }
     Ok(if report.out_of_bounds == 0 { 0 } else { 1 })
+}
+
+/// `-g N` on a machine with at least N GPUs: one rank per GPU, as
+/// nccl-tests runs. Otherwise N virtual ranks on GPU 0.
+pub fn placement(ranks: usize, gpus: usize) -> Vec<usize> {
+    if ranks > 1 && gpus >= ranks {
+        (0..ranks).collect()
+    } else {
+        vec![0; ranks]
+    }
 }
 
 fn driver_version() -> String {
@@ -499,4 +516,18 @@ fn cpu_point<T: RsElement + FromSmall>(
         out_of_place: perf(args.collective, k, p, timed[0], wrong[0], None),
         in_place: perf(args.collective, k, p, timed[1], wrong[1], None),
     })
+}
+
+#[cfg(test)]
+mod placement_tests {
+    use super::placement;
+
+    #[test]
+    fn one_rank_per_gpu_when_there_are_enough() {
+        assert_eq!(placement(4, 8), vec![0, 1, 2, 3]);
+        assert_eq!(placement(8, 8), (0..8).collect::<Vec<_>>());
+        assert_eq!(placement(4, 2), vec![0; 4]);
+        assert_eq!(placement(4, 1), vec![0; 4]);
+        assert_eq!(placement(1, 8), vec![0]);
+    }
 }

@@ -133,6 +133,15 @@ pub fn preamble(r: &Report) -> String {
     )
     .unwrap();
     writeln!(s, "# Command: {}", r.command_line.join(" ")).unwrap();
+    if !r.devices.is_empty() {
+        let one_gpu = r.devices.iter().all(|&d| d == r.devices[0]);
+        let how = if one_gpu && r.devices.len() > 1 {
+            format!("{} virtual ranks on GPU {}", r.devices.len(), r.devices[0])
+        } else {
+            format!("one rank per GPU, devices {:?}", r.devices)
+        };
+        writeln!(s, "# Ranks: {how}").unwrap();
+    }
     writeln!(
         s,
         "# Device: {} (driver {}), execution: {}",
