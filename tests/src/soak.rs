@@ -138,24 +138,78 @@ struct Done<T> {
 }
 
 trait Check {
-    fn wrong(&self, k: usize) -> Result<usize>;
+    /// Copies the outputs back (on the streams that wrote them).
+    fn fetch(&self, k: usize) -> Result<Box<dyn Verify + Send + Sync>>;
+}
+
+/// A collective's outputs on the host, checked against the closed form.
+trait Verify {
+    fn wrong(&self) -> usize;
+}
+
+struct Fetched<T> {
+    op: Op,
+    k: usize,
+    n: usize,
+    offset: usize,
+    in_place: bool,
+    got: Vec<Vec<T>>,
 }
 
 impl<T: Pattern> Check for Done<T> {
-    fn wrong(&self, k: usize) -> Result<usize> {
+    fn fetch(&self, k: usize) -> Result<Box<dyn Verify + Send + Sync>> {
+        let got = (0..k)
+            .map(|u| Ok(self.streams[u].clone_dtoh(&self.out[u])?))
+            .collect::<Result<_>>()?;
+        Ok(Box::new(Fetched {
+            op: self.op,
+            k,
+            n: self.n,
+            offset: self.offset,
+            in_place: self.in_place,
+            got,
+        }))
+    }
+}
+
+impl<T: Pattern> Verify for Fetched<T> {
+    fn wrong(&self) -> usize {
         let mut w = 0;
-        for u in 0..k {
-            let got = self.streams[u].clone_dtoh(&self.out[u])?;
+        for (u, got) in self.got.iter().enumerate() {
             let base = if self.in_place { u * self.n } else { 0 };
             for i in 0..self.n {
-                let want = expected::<T>(self.op, k, self.offset + u * self.n + i);
+                let want = expected::<T>(self.op, self.k, self.offset + u * self.n + i);
                 if bytemuck::bytes_of(&got[base + i]) != bytemuck::bytes_of(&want) {
                     w += 1;
                 }
             }
         }
-        Ok(w)
+        w
     }
+}
+
+/// Checks collectives in batches: copies one batch back, then verifies it
+/// on every core. The checking, not the GPU, is what bounds a soak's time.
+fn check_all(pending: &mut Vec<Box<dyn Check>>, k: usize) -> Result<usize> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut wrong = 0;
+    for batch in pending.chunks(4 * cores) {
+        let fetched = batch
+            .iter()
+            .map(|p| p.fetch(k))
+            .collect::<Result<Vec<_>>>()?;
+        wrong += std::thread::scope(|sc| {
+            let hs: Vec<_> = fetched
+                .chunks(fetched.len().div_ceil(cores))
+                .map(|part| sc.spawn(move || part.iter().map(|f| f.wrong()).sum::<usize>()))
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().expect("checker"))
+                .sum::<usize>()
+        });
+    }
+    pending.clear();
+    Ok(wrong)
 }
 
 /// What a soak saw.
@@ -252,9 +306,7 @@ pub fn soak(
                 }
             }
             comm.synchronize()?;
-            for p in pending.drain(..) {
-                rep.wrong += p.wrong(k)?;
-            }
+            rep.wrong += check_all(&mut pending, k)?;
             rep.checkpoints += 1;
         }
     }
