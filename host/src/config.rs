@@ -7,6 +7,9 @@ use std::time::Duration;
 /// forever.
 pub const TIMEOUT_ENV: &str = "RINGREDUCE_TIMEOUT_SECS";
 
+/// Overrides [`CommConfig::prefetch_rounds`] when the config leaves it unset.
+pub const PREFETCH_ENV: &str = "RINGREDUCE_PREFETCH_ROUNDS";
+
 /// The wait timeout when neither the config nor [`TIMEOUT_ENV`] sets one.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -35,6 +38,11 @@ pub struct CommConfig {
     /// gives NCCL 1.x's unbounded spins: only for measuring what the
     /// watchdog costs.
     pub watchdog: bool,
+    /// How many unrolled rounds (of `8 × 256 × 16` bytes) ahead each
+    /// producer thread prefetches its own input into L2. `None` takes
+    /// [`PREFETCH_ENV`] or else 0 (off). A tuning knob: whether it pays
+    /// depends on the GPU; the bench shows the effect.
+    pub prefetch_rounds: Option<u8>,
 }
 
 impl Default for CommConfig {
@@ -44,6 +52,7 @@ impl Default for CommConfig {
             ring_order: None,
             timeout: None,
             watchdog: true,
+            prefetch_rounds: None,
         }
     }
 }
@@ -75,6 +84,19 @@ impl CommConfig {
             .filter(|s| s.is_finite() && *s >= 0.0)
             .map(Duration::from_secs_f64)
             .unwrap_or(DEFAULT_TIMEOUT)
+    }
+
+    pub fn prefetch_rounds(mut self, rounds: u8) -> Self {
+        self.prefetch_rounds = Some(rounds);
+        self
+    }
+
+    /// The effective prefetch distance, at most 15 rounds.
+    pub fn effective_prefetch_rounds(&self) -> u64 {
+        self.prefetch_rounds
+            .or_else(|| std::env::var(PREFETCH_ENV).ok()?.trim().parse().ok())
+            .unwrap_or(0)
+            .min(15) as u64
     }
 
     pub fn watchdog(mut self, on: bool) -> Self {

@@ -35,8 +35,8 @@ pub struct Control {
     pub timeout_ns: u64,
     /// Test hook: (chunk, step) from which rank `fault_rank` drops signals.
     pub fault: Option<(usize, u64, u64)>,
-    /// EXPERIMENT: protocol variant bits.
-    pub tuning: u64,
+    /// See [`crate::CommConfig::prefetch_rounds`].
+    pub prefetch_rounds: u64,
 }
 
 /// What a collective turns into.
@@ -230,7 +230,7 @@ pub fn plan_reduce_scatter(
             timeout_ns: control.timeout_ns,
             fault_chunk,
             fault_step,
-            tuning: control.tuning,
+            prefetch_rounds: control.prefetch_rounds,
         };
     }
     Ok(Plan::Launch {

@@ -71,10 +71,7 @@ impl CommState {
             abort_flag: if self.config.watchdog { abort_word } else { 0 },
             timeout_ns: self.config.timeout_ns(),
             fault: self.hooks().lost_signal,
-            tuning: std::env::var("RINGREDUCE_TUNING")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
+            prefetch_rounds: self.config.effective_prefetch_rounds(),
         }
     }
 }

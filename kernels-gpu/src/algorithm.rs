@@ -18,7 +18,7 @@ use crate::element::Element;
 use crate::op::ReduceOp;
 use crate::plan::{block_residue, Sizing, NUM_SUBCHUNKS};
 use crate::primitives::{
-    signal, transfer, tuning, wait_until, WaitCtx, WaitSite, COPY, FINAL, REDUCE,
+    signal, transfer, wait_until, WaitCtx, WaitSite, COPY, FINAL, REDUCE,
 };
 use crate::ring::block_for_step;
 use core::mem::size_of;
@@ -79,10 +79,10 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
     }
     failed = d.block_barrier_or(failed);
 
-    let peek = a.tuning & tuning::PEEK != 0;
-    let pf = tuning::prefetch_rounds(a.tuning);
-    // Thread 0 only: the flag of the slot after the current one was already
-    // seen ready (an acquire load issued while the current slot moved).
+    let pf = a.prefetch_rounds;
+    // Thread 0 only: the flag of the slice after the current one was already
+    // seen ready (an acquire load issued while the current slice moved), so
+    // its wait, a round trip to the flag, is off the producers' path.
     let mut next_ready = false;
     for c in 0..s.num_chunks {
         let slices = s.slices(c);
@@ -101,7 +101,7 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
                         failed = !wait_for_slot(d, a, c, step, sub);
                     }
                     failed = d.producer_barrier_or(failed);
-                    if tid == 0 && !failed && peek {
+                    if tid == 0 && !failed {
                         next_ready = peek_next_slot(d, a, c, step, sub);
                     }
                     if !failed {

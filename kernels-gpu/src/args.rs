@@ -48,8 +48,9 @@ pub struct KernelArgs {
     pub status: u64,
     /// Longest a single wait may spin without progress, in ns (0: forever).
     pub timeout_ns: u64,
-    /// EXPERIMENT: protocol variants, see `primitives::tuning`.
-    pub tuning: u64,
+    /// How many unrolled rounds ahead each producer asks the L2 cache for
+    /// its own input (0: no prefetch).
+    pub prefetch_rounds: u64,
     /// With the `fault-injection` feature: the (chunk, step) whose "new
     /// data" signals are dropped. `u64::MAX` disables it.
     pub fault_chunk: u64,

@@ -14,16 +14,6 @@ use core::mem::size_of;
 /// `abort()` within microseconds.
 pub const POLLS_PER_CHECK: u32 = 256;
 
-/// EXPERIMENT: protocol variants selected at run time.
-pub mod tuning {
-    /// Thread 0 looks at the next slot's flag while the current one moves.
-    pub const PEEK: u64 = 1;
-    /// Bits 4..8: prefetch own input this many unrolled rounds ahead.
-    pub fn prefetch_rounds(t: u64) -> u64 {
-        (t >> 4) & 15
-    }
-}
-
 /// What a wait needs to know about its rank, passed by value so that the
 /// (out-of-line) wait does not force the kernel arguments into local memory.
 #[derive(Clone, Copy, Debug)]
@@ -235,6 +225,9 @@ const _: () = assert!(UNROLL == 8, "unroll8! expands exactly UNROLL slots");
 /// `THREADS` producer lanes (`tid` is this lane). `incoming` is not read for
 /// [`COPY`].
 ///
+/// With `prefetch_rounds > 0`, each lane also prefetches into L2 the `own`
+/// packs it will load that many rounds later.
+///
 /// When `aligned`, the three pointers share their address modulo
 /// [`PACK_BYTES`]: a short scalar head brings them to a pack boundary, the
 /// body moves 16-byte packs `UNROLL` at a time per lane (all loads of a round
@@ -255,7 +248,7 @@ pub unsafe fn transfer<D: Device, T: Element, O: ReduceOp, const THREADS: u64, c
     n: u64,
     aligned: bool,
     k: u32,
-    pf: u64,
+    prefetch_rounds: u64,
 ) {
     let sz = size_of::<T>() as u64;
     let head = if aligned {
@@ -283,8 +276,10 @@ pub unsafe fn transfer<D: Device, T: Element, O: ReduceOp, const THREADS: u64, c
     // A lane runs a full unrolled round while its last pack of the round
     // exists; what is left goes one pack at a time below.
     while p + (UNROLL - 1) * THREADS < packs {
-        if pf != 0 {
-            let q = p + pf * round;
+        if prefetch_rounds != 0 {
+            // The own input streams from device memory; asking for it a few
+            // rounds early turns the loads' misses into L2 hits.
+            let q = p + prefetch_rounds * round;
             if q + (UNROLL - 1) * THREADS < packs {
                 unroll8!(u => d.prefetch_l2(po.add(at(q + u * THREADS))));
             }

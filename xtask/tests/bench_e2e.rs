@@ -113,6 +113,7 @@ fn json_schema_is_stable() {
         buffsize: 1,
         ring_order: vec![0, 1],
         devices: vec![0, 0],
+        prefetch_rounds: 0,
         ceilings: Some(xtask::bench::report::Ceilings {
             device_copy_gbps: 1.0,
             block_copy_gbps: 1.0,

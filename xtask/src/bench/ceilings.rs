@@ -36,14 +36,15 @@ fn time_us(
     Ok(median(t))
 }
 
-/// Measures the device-wide copy, the single-block copy and reduce, and the
-/// flag ping-pong. `copy_bytes` should be far larger than the L2 cache.
-pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> ringreduce::Result<Ceilings> {
-    let pf: u64 = std::env::var("RINGREDUCE_TUNING")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .map(|t| (t >> 4) & 15)
-        .unwrap_or(0);
+/// Measures the device-wide copy, the single-block copy and reduce (with
+/// the ring's prefetch distance, so they stay its ceilings), and the flag
+/// ping-pong. `copy_bytes` should be far larger than the L2 cache.
+pub fn measure(
+    ctx: &Arc<CudaContext>,
+    copy_bytes: u64,
+    prefetch_rounds: u64,
+) -> ringreduce::Result<Ceilings> {
+    let pf = prefetch_rounds;
     let module = module_for(ctx)?;
     let stream = ctx.new_stream()?;
     let words = (copy_bytes / 8) as usize;

@@ -77,6 +77,10 @@ pub struct BenchArgs {
     /// Turn off the waits' abort and timeout polling (to measure its cost).
     #[arg(long = "no-watchdog")]
     pub no_watchdog: bool,
+    /// Prefetch each rank's input into L2 this many unrolled rounds ahead
+    /// (0: off; default: RINGREDUCE_PREFETCH_ROUNDS or 0)
+    #[arg(long = "prefetch")]
+    pub prefetch: Option<u8>,
     /// Also run the sweep through NCCL (needs one GPU per rank).
     #[arg(long = "vs-nccl")]
     pub vs_nccl: bool,

@@ -75,6 +75,9 @@ pub struct Report {
     /// ranks); empty for the CPU execution.
     #[serde(default)]
     pub devices: Vec<usize>,
+    /// The prefetch distance in unrolled rounds (0: off).
+    #[serde(default)]
+    pub prefetch_rounds: u64,
     pub ceilings: Option<Ceilings>,
     pub rows: Vec<Row>,
     /// The same sweep through NCCL, when it ran.

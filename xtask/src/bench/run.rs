@@ -127,6 +127,9 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
     let mut config = CommConfig::default()
         .buffer_bytes(args.buffsize)
         .watchdog(!args.no_watchdog);
+    if let Some(r) = args.prefetch {
+        config = config.prefetch_rounds(r);
+    }
     // Without --ring-order, a ring over several GPUs follows their links.
     if args.ring_order.is_some() {
         config = config.ring_order(ring.user_from_ring().to_vec());
@@ -149,6 +152,7 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         buffsize: args.buffsize,
         ring_order: ring.user_from_ring().to_vec(),
         devices: vec![],
+        prefetch_rounds: config.effective_prefetch_rounds(),
         ceilings: None,
         rows: vec![],
         nccl_rows: vec![],
@@ -165,7 +169,8 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         // tracking would add driver calls to every one of them.
         // SAFETY: the bench synchronises its streams itself.
         unsafe { ctx.disable_event_tracking() };
-        let c = ceilings::measure(&ctx, CEILING_COPY_BYTES).map_err(|e| e.to_string())?;
+        let c = ceilings::measure(&ctx, CEILING_COPY_BYTES, config.effective_prefetch_rounds())
+            .map_err(|e| e.to_string())?;
         let devices = placement(args.ranks, *gpus.as_ref().unwrap_or(&1));
         let comm = Communicator::with_placement(&devices, config).map_err(|e| e.to_string())?;
         report.ring_order = comm.ring_order().user_from_ring().to_vec();

@@ -121,7 +121,7 @@ pub fn preamble(r: &Report) -> String {
     let mut s = String::new();
     writeln!(
         s,
-        "# ringreduce {} {}: nRanks {} iters {} warmup {} blocking {} buffsize {} ring {:?}",
+        "# ringreduce {} {}: nRanks {} iters {} warmup {} blocking {} buffsize {} prefetch {} ring {:?}",
         r.version,
         r.collective,
         r.ranks,
@@ -129,6 +129,7 @@ pub fn preamble(r: &Report) -> String {
         r.warmup,
         r.blocking as u8,
         r.buffsize,
+        r.prefetch_rounds,
         r.ring_order
     )
     .unwrap();
