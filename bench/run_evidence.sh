@@ -25,7 +25,7 @@ echo "gpu_faults rc=$?"; grep -E "^gpu |test result|panicked|touched" -A1 $R/gpu
 wait
 for t in memcheck racecheck synccheck; do echo "$t: $(grep -E 'ERROR SUMMARY|test result' $R/sanitize_$t.log | tr '\n' ' ')"; done; snap
 
-run() { name=$1; shift; left || return; echo "=== $name: $*"; timeout ${T_RUN:-120} $B "$@" -J $R/${D}_${DEV}_$name.json --plot $R/${D}_${DEV}_$name.png > $R/${D}_${DEV}_$name.txt 2>&1; echo "rc=$?"; snap; grep -E "copy  |reduce  |ping|Ranks|Avg|Out of|^ +(268435456|1073741824|67108864|8|65536|1048576) " $R/${D}_${DEV}_$name.txt | head -${LINES_MAX:-16}; }
+run() { name=$1; shift; left || return; echo "=== $name: $*"; timeout ${T_RUN:-200} $B "$@" -J $R/${D}_${DEV}_$name.json --plot $R/${D}_${DEV}_$name.png > $R/${D}_${DEV}_$name.txt 2>&1; echo "rc=$?"; snap; grep -E "copy  |reduce  |ping|Ranks|Avg|Out of|^ +(268435456|1073741824|67108864|8|65536|1048576) " $R/${D}_${DEV}_$name.txt | head -${LINES_MAX:-16}; }
 run rs_f32_sum_g4_8B-1G -b 8 -e 1G -f 4 -g 4 -d float -o sum
 run rs_f32_sum_g2_256M -b 256M -e 256M -g 2 -d float -o sum
 run rs_f32_sum_g8_256M -b 256M -e 256M -g 8 -d float -o sum

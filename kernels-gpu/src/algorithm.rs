@@ -16,10 +16,8 @@ use crate::args::{KernelArgs, WaitKind};
 use crate::device::Device;
 use crate::element::Element;
 use crate::op::ReduceOp;
-use crate::plan::{block_residue, Sizing, NUM_SUBCHUNKS};
-use crate::primitives::{
-    signal, transfer, wait_until, WaitCtx, WaitSite, COPY, FINAL, REDUCE,
-};
+use crate::plan::{block_residue, Sizing};
+use crate::primitives::{signal, transfer, wait_until, WaitCtx, WaitSite, COPY, FINAL, REDUCE};
 use crate::ring::block_for_step;
 use core::mem::size_of;
 
@@ -80,10 +78,6 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
     failed = d.block_barrier_or(failed);
 
     let pf = a.prefetch_rounds;
-    // Thread 0 only: the flag of the slice after the current one was already
-    // seen ready (an acquire load issued while the current slice moved), so
-    // its wait, a round trip to the flag, is off the producers' path.
-    let mut next_ready = false;
     for c in 0..s.num_chunks {
         let slices = s.slices(c);
         for step in 0..k {
@@ -97,13 +91,10 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
             for (sub, &len) in slices.iter().enumerate() {
                 let sub = sub as u64;
                 if tid < THREADS {
-                    if tid == 0 && !failed && !next_ready {
+                    if tid == 0 && !failed {
                         failed = !wait_for_slot(d, a, c, step, sub);
                     }
                     failed = d.producer_barrier_or(failed);
-                    if tid == 0 && !failed {
-                        next_ready = peek_next_slot(d, a, c, step, sub);
-                    }
                     if !failed {
                         let slot = s.slot_offset(block, sub) + residue;
                         let own = (a.send + (block * s.n + off) * sz) as *const T;
@@ -190,27 +181,6 @@ unsafe fn wait_for_slot<D: Device>(d: &D, a: &KernelArgs, c: u64, step: u64, sub
     match slot_condition(a, c, step, sub) {
         None => true,
         Some((flag, site)) => wait_until(d, WaitCtx::of(a), flag, site, |v| v >= site.expected),
-    }
-}
-
-/// One acquire look at the flag of the slice after (c, step, sub): if it is
-/// already ready, thread 0 need not wait for it when its turn comes, and the
-/// look cost no time on the producers' path.
-#[inline(always)]
-unsafe fn peek_next_slot<D: Device>(d: &D, a: &KernelArgs, c: u64, step: u64, sub: u64) -> bool {
-    let (c, step, sub) = if sub + 1 < NUM_SUBCHUNKS {
-        (c, step, sub + 1)
-    } else if step + 1 < a.k {
-        (c, step + 1, 0)
-    } else {
-        (c + 1, 0, 0)
-    };
-    if c >= a.sizing.num_chunks {
-        return false;
-    }
-    match slot_condition(a, c, step, sub) {
-        None => true,
-        Some((flag, site)) => d.load_acquire(flag as *const u64) >= site.expected,
     }
 }
 

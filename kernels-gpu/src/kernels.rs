@@ -56,7 +56,7 @@ rs_types! {
 /// One block copying `n` `u64`s with the reduce-scatter's own copy loop:
 /// the ceiling of one-block mode.
 #[no_mangle]
-pub unsafe extern "ptx-kernel" fn ringreduce_copy_block(dst: u64, src: u64, n: u64, prefetch_rounds: u64) {
+pub unsafe extern "ptx-kernel" fn ringreduce_copy_block(dst: u64, src: u64, n: u64) {
     let g = Block::default();
     let tid = g.thread_idx();
     if tid < GPU_THREADS {
@@ -70,7 +70,7 @@ pub unsafe extern "ptx-kernel" fn ringreduce_copy_block(dst: u64, src: u64, n: u
             n,
             true,
             1,
-            prefetch_rounds,
+            0,
         );
     }
 }
@@ -102,18 +102,12 @@ pub unsafe extern "ptx-kernel" fn ringreduce_copy_grid(dst: u64, src: u64, n: u6
 /// reduce-scatter's reduce loop: the ceiling of a middle ring step, which
 /// reads two inputs per output.
 #[no_mangle]
-pub unsafe extern "ptx-kernel" fn ringreduce_reduce_block(
-    dst: u64,
-    a: u64,
-    b: u64,
-    n: u64,
-    prefetch_rounds: u64,
-) {
+pub unsafe extern "ptx-kernel" fn ringreduce_reduce_block(dst: u64, a: u64, b: u64, n: u64) {
     let g = Block::default();
     let tid = g.thread_idx();
     if tid < GPU_THREADS {
         let (d, a, b) = (dst as *mut f32, a as *const f32, b as *const f32);
-        transfer::<Block, f32, Sum, GPU_THREADS, REDUCE>(&g, tid, d, a, b, n, true, 1, prefetch_rounds);
+        transfer::<Block, f32, Sum, GPU_THREADS, REDUCE>(&g, tid, d, a, b, n, true, 1, 0);
     }
 }
 

@@ -36,15 +36,10 @@ fn time_us(
     Ok(median(t))
 }
 
-/// Measures the device-wide copy, the single-block copy and reduce (with
-/// the ring's prefetch distance, so they stay its ceilings), and the flag
+/// Measures the device-wide copy, the plain single-block copy and reduce
+/// (no prefetch: on an H200 it slowed the plain copy), and the flag
 /// ping-pong. `copy_bytes` should be far larger than the L2 cache.
-pub fn measure(
-    ctx: &Arc<CudaContext>,
-    copy_bytes: u64,
-    prefetch_rounds: u64,
-) -> ringreduce::Result<Ceilings> {
-    let pf = prefetch_rounds;
+pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> ringreduce::Result<Ceilings> {
     let module = module_for(ctx)?;
     let stream = ctx.new_stream()?;
     let words = (copy_bytes / 8) as usize;
@@ -83,7 +78,7 @@ pub fn measure(
     };
     let t_block = time_us(&stream, 5, || {
         let mut b = stream.launch_builder(&block);
-        b.arg(&dp).arg(&sp).arg(&n).arg(&pf);
+        b.arg(&dp).arg(&sp).arg(&n);
         // SAFETY: as above.
         unsafe { b.launch(block_cfg) }?;
         Ok(())
@@ -96,7 +91,7 @@ pub fn measure(
     let src_b = sp + half_f32 * 4;
     let t_reduce = time_us(&stream, 5, || {
         let mut b = stream.launch_builder(&reduce);
-        b.arg(&dp).arg(&sp).arg(&src_b).arg(&half_f32).arg(&pf);
+        b.arg(&dp).arg(&sp).arg(&src_b).arg(&half_f32);
         // SAFETY: `src` holds 2n f32s (two inputs of n), `dst` at least n.
         unsafe { b.launch(block_cfg) }?;
         Ok(())

@@ -169,8 +169,7 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         // tracking would add driver calls to every one of them.
         // SAFETY: the bench synchronises its streams itself.
         unsafe { ctx.disable_event_tracking() };
-        let c = ceilings::measure(&ctx, CEILING_COPY_BYTES, config.effective_prefetch_rounds())
-            .map_err(|e| e.to_string())?;
+        let c = ceilings::measure(&ctx, CEILING_COPY_BYTES).map_err(|e| e.to_string())?;
         let devices = placement(args.ranks, *gpus.as_ref().unwrap_or(&1));
         let comm = Communicator::with_placement(&devices, config).map_err(|e| e.to_string())?;
         report.ring_order = comm.ring_order().user_from_ring().to_vec();
