@@ -116,3 +116,38 @@ impl CommConfig {
         self.effective_timeout().as_nanos().min(u64::MAX as u128) as u64
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefetch_distance_defaults_and_clamps() {
+        // The environment may set RINGREDUCE_PREFETCH_ROUNDS; an explicit
+        // value wins over it.
+        assert_eq!(
+            CommConfig::default()
+                .prefetch_rounds(0)
+                .effective_prefetch_rounds(),
+            0
+        );
+        assert_eq!(
+            CommConfig::default()
+                .prefetch_rounds(3)
+                .effective_prefetch_rounds(),
+            3
+        );
+        assert_eq!(
+            CommConfig::default()
+                .prefetch_rounds(200)
+                .effective_prefetch_rounds(),
+            15
+        );
+        if std::env::var_os(PREFETCH_ENV).is_none() {
+            assert_eq!(
+                CommConfig::default().effective_prefetch_rounds(),
+                DEFAULT_PREFETCH_ROUNDS as u64
+            );
+        }
+    }
+}

@@ -80,3 +80,14 @@ fn many_chunks_with_a_small_buffer() {
         }
     }
 }
+
+/// The loops with prefetch off and far ahead (the default is one round):
+/// prefetching is only a hint, so the results must be the same.
+#[test]
+fn prefetch_distances_give_the_same_results() {
+    for pf in [0u8, 4, 15] {
+        let b = CpuBackend::new(3, CommConfig::default().prefetch_rounds(pf)).unwrap();
+        let (c, _) = run_all(&b, &matrix(3, &COUNTS, 9));
+        assert!(c > 0);
+    }
+}
