@@ -49,9 +49,9 @@ pub struct WaitSite {
 }
 
 /// Spins until `ready(flag)` holds; the acquire loads make what the writer
-/// published before its flag store visible to the loads after. Gives up when the host sets
-/// the abort word or when `timeout_ns` passes without `ready`, writes the
-/// status record, and returns `false`.
+/// published before its flag store visible to the loads after. Gives up
+/// when the host sets the abort word or when `timeout_ns` passes without
+/// `ready`, writes the status record, and returns `false`.
 ///
 /// # Safety
 /// `flag` must be a valid flag address; `args` must describe this rank.

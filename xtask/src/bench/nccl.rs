@@ -304,3 +304,21 @@ pub fn ratio_table(ours: &[Row], nccl: &[Row]) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::availability;
+
+    #[test]
+    fn nccl_needs_one_gpu_per_rank() {
+        let cpu = availability(4, 0, false).unwrap_err();
+        assert!(cpu.contains("CPU execution"), "{cpu}");
+        let one = availability(4, 1, true).unwrap_err();
+        assert!(
+            one.contains("one GPU per rank") && one.contains("has 1"),
+            "{one}"
+        );
+        let single_rank = availability(1, 8, true).unwrap_err();
+        assert!(single_rank.contains("one GPU per rank"), "{single_rank}");
+    }
+}
