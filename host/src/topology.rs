@@ -77,10 +77,6 @@ pub fn ring_from_topology(
     let mut ordinal: Vec<u32> = (0..k as u32).collect();
     ordinal.sort_by_key(|&u| (devices[u as usize], u));
     let ordinal = RingOrder::new(&ordinal)?;
-    if k <= 2 {
-        check_ring(devices, &ordinal, &link)?;
-        return Ok(ordinal);
-    }
     let mut costs = Vec::new();
     for u in 0..k {
         for v in 0..k {
