@@ -33,5 +33,7 @@ fn targets_the_requested_architecture() {
 #[test]
 fn every_entry_has_launch_bounds() {
     let entries = PTX.matches(".entry ").count();
+    assert!(entries > 0);
     assert_eq!(PTX.matches(".maxntid 257, 1, 1").count(), entries);
+    assert_eq!(PTX.matches(".minnctapersm 1\n").count(), entries);
 }
