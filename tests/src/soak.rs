@@ -117,13 +117,27 @@ fn pool_len(k: usize, max_count: usize) -> usize {
 }
 
 fn make_pools<T: Pattern>(streams: &[Arc<CudaStream>], k: usize, len: usize) -> Result<Pools<T>> {
+    // Filled on every core: at k=8 the pools hold billions of elements.
+    let fill = |prod: bool, r: usize| -> Vec<T> {
+        let mut v = vec![T::int(0); len];
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let per = len.div_ceil(cores).max(1);
+        std::thread::scope(|sc| {
+            for (c, part) in v.chunks_mut(per).enumerate() {
+                sc.spawn(move || {
+                    for (i, x) in part.iter_mut().enumerate() {
+                        *x = pool_value::<T>(prod, k, r, c * per + i);
+                    }
+                });
+            }
+        });
+        v
+    };
     let mut add = Vec::new();
     let mut prod = Vec::new();
     for (r, s) in streams.iter().enumerate() {
-        let a: Vec<T> = (0..len).map(|j| pool_value::<T>(false, k, r, j)).collect();
-        add.push(s.clone_htod(&a)?);
-        let p: Vec<T> = (0..len).map(|j| pool_value::<T>(true, k, r, j)).collect();
-        prod.push(s.clone_htod(&p)?);
+        add.push(s.clone_htod(&fill(false, r))?);
+        prod.push(s.clone_htod(&fill(true, r))?);
     }
     Ok(Pools { add, prod })
 }
@@ -152,21 +166,25 @@ struct Fetched<T> {
     k: usize,
     n: usize,
     offset: usize,
-    in_place: bool,
     got: Vec<Vec<T>>,
 }
 
 impl<T: Pattern> Check for Done<T> {
     fn fetch(&self, k: usize) -> Result<Box<dyn Verify + Send + Sync>> {
+        // Only each rank's result block comes back: for in place that is
+        // block `u` of the whole buffer (k times less to copy).
         let got = (0..k)
-            .map(|u| Ok(self.streams[u].clone_dtoh(&self.out[u])?))
+            .map(|u| {
+                let base = if self.in_place { u * self.n } else { 0 };
+                let block = self.out[u].slice(base..base + self.n);
+                Ok(self.streams[u].clone_dtoh(&block)?)
+            })
             .collect::<Result<_>>()?;
         Ok(Box::new(Fetched {
             op: self.op,
             k,
             n: self.n,
             offset: self.offset,
-            in_place: self.in_place,
             got,
         }))
     }
@@ -176,10 +194,9 @@ impl<T: Pattern> Verify for Fetched<T> {
     fn wrong(&self) -> usize {
         let mut w = 0;
         for (u, got) in self.got.iter().enumerate() {
-            let base = if self.in_place { u * self.n } else { 0 };
-            for i in 0..self.n {
+            for (i, g) in got.iter().enumerate() {
                 let want = expected::<T>(self.op, self.k, self.offset + u * self.n + i);
-                if bytemuck::bytes_of(&got[base + i]) != bytemuck::bytes_of(&want) {
+                if bytemuck::bytes_of(g) != bytemuck::bytes_of(&want) {
                     w += 1;
                 }
             }
@@ -221,6 +238,10 @@ pub struct SoakReport {
     pub checkpoints: usize,
     pub empty: usize,
     pub in_place: usize,
+    /// Seconds spent filling the pools, and copying back and checking: the
+    /// rest of a soak's wall time is enqueueing and waiting for the GPU.
+    pub setup_s: f64,
+    pub check_s: f64,
 }
 
 /// Runs `ops` collectives on `comm`, `stream_sets` sets of streams chosen at
@@ -234,6 +255,7 @@ pub fn soak(
     seed: u64,
 ) -> Result<SoakReport> {
     let k = comm.k();
+    let t0 = std::time::Instant::now();
     let len = pool_len(k, max_count);
     let pools: Vec<Box<dyn Any>> = DataType::ALL
         .iter()
@@ -245,7 +267,10 @@ pub fn soak(
         s.synchronize()?;
     }
     let mut rng = Rng(seed);
-    let mut rep = SoakReport::default();
+    let mut rep = SoakReport {
+        setup_s: t0.elapsed().as_secs_f64(),
+        ..SoakReport::default()
+    };
     let mut pending: Vec<Box<dyn Check>> = Vec::new();
     let log_max = (max_count as f64).log2();
     for i in 0..ops {
@@ -306,7 +331,9 @@ pub fn soak(
                 }
             }
             comm.synchronize()?;
+            let tc = std::time::Instant::now();
             rep.wrong += check_all(&mut pending, k)?;
+            rep.check_s += tc.elapsed().as_secs_f64();
             rep.checkpoints += 1;
         }
     }

@@ -386,7 +386,12 @@ fn gpu_soak() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1 << 22);
-    for k in [4usize, 8] {
+    // RINGREDUCE_SOAK_KS=8 runs one size alone (one soak per device call).
+    let ks: Vec<usize> = std::env::var("RINGREDUCE_SOAK_KS")
+        .ok()
+        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![4, 8]);
+    for k in ks {
         let order: Vec<u32> = (0..k as u32).map(|i| (i * 3 + 1) % k as u32).collect();
         let ring = if ringreduce::RingOrder::new(&order).is_ok() {
             order
@@ -398,8 +403,17 @@ fn gpu_soak() {
         let t0 = Instant::now();
         let rep = soak(&comm, &sets, ops, 500, max_count, 11 + k as u64).unwrap();
         println!(
-            "gpu soak k={k}: {} collectives ({} empty, {} in place), {} elements, {} checkpoints, {} wrong, {:.1} s",
-            rep.ops, rep.empty, rep.in_place, rep.elements, rep.checkpoints, rep.wrong, t0.elapsed().as_secs_f64()
+            "gpu soak k={k}: {} collectives ({} empty, {} in place), {} elements, {} checkpoints, {} wrong, {:.1} s \
+             (pools {:.1} s, copy back and check {:.1} s)",
+            rep.ops,
+            rep.empty,
+            rep.in_place,
+            rep.elements,
+            rep.checkpoints,
+            rep.wrong,
+            t0.elapsed().as_secs_f64(),
+            rep.setup_s,
+            rep.check_s
         );
         assert_eq!(rep.wrong, 0);
     }
