@@ -8,8 +8,9 @@ use std::time::Duration;
 pub const TIMEOUT_ENV: &str = "RINGREDUCE_TIMEOUT_SECS";
 
 /// The prefetch distance when neither the config nor [`PREFETCH_ENV`] sets
-/// one.
-pub const DEFAULT_PREFETCH_ROUNDS: u8 = 1;
+/// one: off. Once the kernels had launch bounds (all of a round's loads in
+/// flight), prefetching measured 5-12% slower at k = 4 on an H200.
+pub const DEFAULT_PREFETCH_ROUNDS: u8 = 0;
 
 /// Overrides [`CommConfig::prefetch_rounds`] when the config leaves it unset.
 pub const PREFETCH_ENV: &str = "RINGREDUCE_PREFETCH_ROUNDS";
@@ -45,8 +46,10 @@ pub struct CommConfig {
     /// How many unrolled rounds (of `8 × 256 × 16` bytes) ahead each
     /// producer thread prefetches its own input into L2. `None` takes
     /// [`PREFETCH_ENV`] or else [`DEFAULT_PREFETCH_ROUNDS`]; 0 turns it off.
-    /// On an H200 one round ahead raised k = 4 busbw by a fifth; the bench's
-    /// `--prefetch` shows the effect on other GPUs.
+    /// It paid (a fifth more k = 4 busbw on an H200) only while ptxas kept
+    /// part of each round's loads waiting for registers; with the launch
+    /// bounds it costs, so it is off by default. The bench's `--prefetch`
+    /// shows the effect on other GPUs.
     pub prefetch_rounds: Option<u8>,
 }
 
