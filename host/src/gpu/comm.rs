@@ -125,7 +125,8 @@ impl Communicator {
         if k == 0 {
             return Err(Error::ZeroRanks);
         }
-        RingOrder::for_ranks(config.ring_order.as_deref(), k)?;
+        // Validated before any device is opened; kept when the config names it.
+        let given = RingOrder::for_ranks(config.ring_order.as_deref(), k)?;
         crate::planner::sizing(k, 0, DataType::U8, config.buffer_bytes, GPU_THREADS)?;
         let mut ctxs: BTreeMap<usize, Arc<CudaContext>> = BTreeMap::new();
         for &d in devices {
@@ -142,13 +143,11 @@ impl Communicator {
             }
         }
         let link = |a: usize, b: usize| links[&(a, b)];
-        let ring = match config.ring_order.as_deref() {
-            Some(order) => {
-                let ring = RingOrder::new(order)?;
-                check_ring(devices, &ring, link)?;
-                ring
-            }
-            None => ring_from_topology(devices, link)?,
+        let ring = if config.ring_order.is_some() {
+            check_ring(devices, &given, link)?;
+            given
+        } else {
+            ring_from_topology(devices, link)?
         };
         let ufr = ring.user_from_ring();
         for p in 0..k {
