@@ -105,6 +105,11 @@ pub fn expected<T: Pattern>(op: Op, k: usize, j: usize) -> T {
     }
 }
 
+/// The threads the host work of a soak is spread over.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// Per type: the additive pool and the product pool, one buffer per rank.
 struct Pools<T> {
     add: Vec<CudaSlice<T>>,
@@ -120,8 +125,7 @@ fn make_pools<T: Pattern>(streams: &[Arc<CudaStream>], k: usize, len: usize) -> 
     // Filled on every core: at k=8 the pools hold billions of elements.
     let fill = |prod: bool, r: usize| -> Vec<T> {
         let mut v = vec![T::int(0); len];
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let per = len.div_ceil(cores).max(1);
+        let per = len.div_ceil(cores()).max(1);
         std::thread::scope(|sc| {
             for (c, part) in v.chunks_mut(per).enumerate() {
                 sc.spawn(move || {
@@ -208,7 +212,7 @@ impl<T: Pattern> Verify for Fetched<T> {
 /// Checks collectives in batches: copies one batch back, then verifies it
 /// on every core. The checking, not the GPU, is what bounds a soak's time.
 fn check_all(pending: &mut Vec<Box<dyn Check>>, k: usize) -> Result<usize> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = cores();
     let mut wrong = 0;
     for batch in pending.chunks(4 * cores) {
         let fetched = batch
