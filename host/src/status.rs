@@ -71,9 +71,17 @@ pub fn first_error(recs: &[StatusRecord], ring: &RingOrder) -> Option<Error> {
             Error::Aborted { .. } => 3,
             Error::Timeout(t) => match (recs.get(t.peer), errs.get(t.peer)) {
                 (_, Some(None)) => 2,
+                // A rank records the slice it waits for before it publishes
+                // the one before it, so a peer waiting at slice index `i` has
+                // published every slice up to `i - 2`.
                 (Some(p), _)
                     if t.signal
-                        .map(|(c, s, _)| (p.chunk, p.step) > (c, s))
+                        .map(|(c, s, sub)| {
+                            let at = |c: u64, s: u64, sub: u64| {
+                                (c * recs.len() as u64 + s) * NUM_SUBCHUNKS + sub
+                            };
+                            at(p.chunk, p.step, p.sub) > at(c, s, sub) + 1
+                        })
                         .unwrap_or(false) =>
                 {
                     2

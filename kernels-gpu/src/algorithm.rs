@@ -1,23 +1,37 @@
 //! The ring reduce-scatter, as one rank's block runs it.
 //!
-//! Per chunk, per step, per subchunk: the producers wait (thread 0 spins,
-//! the rest sit at the producer barrier), move one slice, and meet the
-//! signalling lane at the block barrier; the signaller then publishes the
-//! slice while the producers already wait for the next one. The block
+//! The block has two roles. Lanes `0..THREADS` are producers: they only
+//! move data. Lane `THREADS`, alone in its warp, is the control lane: it
+//! makes every wait and every signal. Per chunk, per step, per subchunk the
+//! producers move one slice while the control lane spins until the *next*
+//! slice's flag condition holds; everyone then meets at one block barrier,
+//! after which the control lane publishes the slice just moved while the
+//! producers already move the next. So the flag poll never sits between two
+//! slices on the producers' path, and one barrier per slice both ends a
+//! slice (for the signal) and releases the next (for the data). The block
 //! handled at each step comes from [`ring::block_for_step`], so the last
 //! step reduces the rank's own block into `recv`.
 //!
-//! Failure handling: a wait that gives up (abort or timeout) makes thread 0
-//! report the reason; the barriers OR-reduce a "failed" bit so that every
-//! lane learns it at the next barrier, skips all further data movement and
-//! signals, and still passes every barrier, so nothing deadlocks.
+//! Deadlock freedom: the condition for slice `i + 1` is a peer's signal for
+//! its slice `i - 1` (the predecessor's previous step, or the successor's
+//! last step of the previous chunk, both two slices back), which that peer
+//! publishes right after its barrier `i - 1`. So barrier `i` of one rank
+//! only ever waits on barriers of lower index elsewhere.
+//!
+//! Failure handling: a wait that gives up (abort or timeout) makes the
+//! control lane report the reason; the barriers OR-reduce a "failed" bit so
+//! that every lane learns it at the next barrier, skips all further data
+//! movement and signals, and still passes every barrier, so nothing
+//! deadlocks.
 
 use crate::args::{KernelArgs, WaitKind};
 use crate::device::Device;
 use crate::element::Element;
 use crate::op::ReduceOp;
-use crate::plan::{block_residue, Sizing};
-use crate::primitives::{signal, transfer, wait_until, WaitCtx, WaitSite, COPY, FINAL, REDUCE};
+use crate::plan::{block_residue, Sizing, NUM_SUBCHUNKS};
+use crate::primitives::{
+    prefetch_first_round, signal, transfer, wait_until, WaitCtx, WaitSite, COPY, FINAL, REDUCE,
+};
 use crate::ring::block_for_step;
 use core::mem::size_of;
 
@@ -38,46 +52,20 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
         return;
     }
     let tid = d.thread_idx();
+    let control = tid == THREADS;
     let ufr = core::slice::from_raw_parts(a.user_from_ring as *const u32, k as usize);
     let sz = size_of::<T>() as u64;
     let aligned = a.aligned != 0;
     let k32 = k as u32;
 
-    // Handshake: the predecessor has finished its previous collective once
-    // it cleared its slot; announce ourselves there; wait for the successor
-    // to do the same with ours.
-    let mut failed = false;
-    if tid == 0 {
-        let site = |kind, expected| WaitSite {
-            kind,
-            chunk: 0,
-            step: 0,
-            sub: 0,
-            expected,
-        };
-        failed = !wait_until(
-            d,
-            WaitCtx::of(a),
-            a.prev_slot,
-            site(WaitKind::PrevSlotCleared, 0),
-            |v| v == 0,
-        );
-        if !failed {
-            // Our own flag resets from the previous collective must be
-            // visible before anyone acts on the announcement.
-            signal(d, a.prev_slot, a.recv | 1);
-            failed = !wait_until(
-                d,
-                WaitCtx::of(a),
-                a.this_slot,
-                site(WaitKind::NextAnnounced, 1),
-                |v| v != 0,
-            );
-        }
-    }
+    let mut failed = control && !handshake(d, a);
     failed = d.block_barrier_or(failed);
 
-    let pf = a.prefetch_rounds;
+    // With prefetch on, the producers also ask L2 for the next slice's first
+    // round of own input before the barrier; the in-loop prefetch then runs
+    // one round less far ahead.
+    let cross_pf = a.prefetch_rounds != 0;
+    let pf = a.prefetch_rounds.saturating_sub(1);
     for c in 0..s.num_chunks {
         let slices = s.slices(c);
         for step in 0..k {
@@ -90,35 +78,46 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
             let mut off = c * s.chunk_elems;
             for (sub, &len) in slices.iter().enumerate() {
                 let sub = sub as u64;
-                if tid < THREADS {
-                    if tid == 0 && !failed {
-                        failed = !wait_for_slot(d, a, c, step, sub);
+                let next = next_slice(c, step, sub, k, s.num_chunks);
+                // `failed` is the same in every lane here: it comes from a barrier.
+                if !failed && !control {
+                    let slot = s.slot_offset(block, sub) + residue;
+                    let own = (a.send + (block * s.n + off) * sz) as *const T;
+                    let incoming = (a.this_buffer + slot) as *const T;
+                    if step == 0 {
+                        let dst = (a.next_buffer + slot) as *mut T;
+                        transfer::<D, T, O, THREADS, COPY>(
+                            d, tid, dst, incoming, own, len, aligned, k32, pf,
+                        );
+                    } else if step + 1 < k {
+                        let dst = (a.next_buffer + slot) as *mut T;
+                        transfer::<D, T, O, THREADS, REDUCE>(
+                            d, tid, dst, incoming, own, len, aligned, k32, pf,
+                        );
+                    } else {
+                        let dst = (a.recv + off * sz) as *mut T;
+                        transfer::<D, T, O, THREADS, FINAL>(
+                            d, tid, dst, incoming, own, len, aligned, k32, pf,
+                        );
                     }
-                    failed = d.producer_barrier_or(failed);
-                    if !failed {
-                        let slot = s.slot_offset(block, sub) + residue;
-                        let own = (a.send + (block * s.n + off) * sz) as *const T;
-                        let incoming = (a.this_buffer + slot) as *const T;
-                        if step == 0 {
-                            let dst = (a.next_buffer + slot) as *mut T;
-                            transfer::<D, T, O, THREADS, COPY>(
-                                d, tid, dst, incoming, own, len, aligned, k32, pf,
-                            );
-                        } else if step + 1 < k {
-                            let dst = (a.next_buffer + slot) as *mut T;
-                            transfer::<D, T, O, THREADS, REDUCE>(
-                                d, tid, dst, incoming, own, len, aligned, k32, pf,
-                            );
-                        } else {
-                            let dst = (a.recv + off * sz) as *mut T;
-                            transfer::<D, T, O, THREADS, FINAL>(
-                                d, tid, dst, incoming, own, len, aligned, k32, pf,
-                            );
-                        }
+                    if let (true, Some((nc, ns, nsub))) = (cross_pf, next) {
+                        let nblock = block_for_step(ufr, a.ring_pos, ns);
+                        let nslices = s.slices(nc);
+                        let noff = nc * s.chunk_elems + if nsub == 0 { 0 } else { nslices[0] };
+                        let nown = (a.send + (nblock * s.n + noff) * sz) as *const T;
+                        let nlen = nslices[nsub as usize];
+                        prefetch_first_round::<D, T, THREADS>(d, tid, nown, nlen, aligned);
+                    }
+                } else if !failed {
+                    if let Some((nc, ns, nsub)) = next {
+                        failed = !wait_for_slot(d, a, nc, ns, nsub);
                     }
                 }
                 failed = d.block_barrier_or(failed);
-                if tid == THREADS && !failed {
+                // Once any wait gave up nothing more is published, not even
+                // the slice just moved: the ranks downstream then all time
+                // out together instead of one after another.
+                if control && !failed {
                     if !drop_signal(a, c, step) {
                         signal(d, a.next_new_data, Sizing::new_data_value(k, c, step, sub));
                     }
@@ -133,7 +132,7 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
 
     // The predecessor's last signal lands in our flag; only once it has can
     // we reset the flags for the next collective and clear our slot.
-    if tid == 0 && !failed {
+    if control && !failed {
         let last = s.final_new_data_value(k);
         let site = WaitSite {
             kind: WaitKind::FinalData,
@@ -150,7 +149,54 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
     }
 }
 
-/// What thread 0 must see before moving slice (c, step, sub): at step 0 the
+/// The control lane's handshake: the predecessor has finished its previous
+/// collective once it cleared its slot; announce ourselves there; wait for
+/// the successor to do the same with ours. `false`: a wait gave up.
+#[inline(always)]
+unsafe fn handshake<D: Device>(d: &D, a: &KernelArgs) -> bool {
+    let site = |kind, expected| WaitSite {
+        kind,
+        chunk: 0,
+        step: 0,
+        sub: 0,
+        expected,
+    };
+    if !wait_until(
+        d,
+        WaitCtx::of(a),
+        a.prev_slot,
+        site(WaitKind::PrevSlotCleared, 0),
+        |v| v == 0,
+    ) {
+        return false;
+    }
+    // Our own flag resets from the previous collective must be visible
+    // before anyone acts on the announcement.
+    signal(d, a.prev_slot, a.recv | 1);
+    wait_until(
+        d,
+        WaitCtx::of(a),
+        a.this_slot,
+        site(WaitKind::NextAnnounced, 1),
+        |v| v != 0,
+    )
+}
+
+/// The slice after (c, step, sub) in the order the loop moves them.
+#[inline(always)]
+fn next_slice(c: u64, step: u64, sub: u64, k: u64, chunks: u64) -> Option<(u64, u64, u64)> {
+    if sub + 1 < NUM_SUBCHUNKS {
+        Some((c, step, sub + 1))
+    } else if step + 1 < k {
+        Some((c, step + 1, 0))
+    } else if c + 1 < chunks {
+        Some((c + 1, 0, 0))
+    } else {
+        None
+    }
+}
+
+/// What the control lane must see before moving slice (c, step, sub): at step 0 the
 /// successor having drained the previous chunk from that slot, later the
 /// predecessor's data of the step before. `None`: nothing to wait for.
 #[inline(always)]
@@ -175,7 +221,7 @@ fn slot_condition(a: &KernelArgs, c: u64, step: u64, sub: u64) -> Option<(u64, W
     Some((flag, site))
 }
 
-/// Thread 0's wait before moving slice (c, step, sub).
+/// The control lane's wait before moving slice (c, step, sub).
 #[inline(always)]
 unsafe fn wait_for_slot<D: Device>(d: &D, a: &KernelArgs, c: u64, step: u64, sub: u64) -> bool {
     match slot_condition(a, c, step, sub) {
