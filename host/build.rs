@@ -51,15 +51,17 @@ fn main() {
     let text = std::fs::read_to_string(&ptx).expect("read PTX");
     std::fs::write(
         out_dir.join("kernels.ptx"),
-        with_launch_bounds(&text, MAX_THREADS),
+        with_module_additions(&text, MAX_THREADS),
     )
     .expect("write PTX into OUT_DIR");
 }
 
-/// Threads per block of every kernel: 256 producers and the signaller.
+/// Threads per block of every kernel: 256 producers and the control lane.
 const MAX_THREADS: u32 = 257;
 
-/// Adds launch bounds to every entry, what CUDA C++ writes as
+/// Adds what Rust cannot express: the module-scope shared declarations the
+/// kernels' inline assembly names (`ringreduce_kernels::arch`), and launch
+/// bounds on every entry, what CUDA C++ writes as
 /// `__launch_bounds__(257, 1)` (NCCL 1.x bounds its kernels the same way);
 /// Rust has no attribute for them.
 /// - `.maxntid`: without it ptxas may give a kernel more registers than a
@@ -70,7 +72,7 @@ const MAX_THREADS: u32 = 257;
 ///   registers of a round's first loads for its last ones, so only part of
 ///   a round was in flight: measured on an H200, the single-block reduce
 ///   went from 26.4 to 38.9 GB/s with it (`bench/NOTES.md`).
-fn with_launch_bounds(ptx: &str, n: u32) -> String {
+fn with_module_additions(ptx: &str, n: u32) -> String {
     let mut out = String::with_capacity(ptx.len() + 4096);
     let mut in_entry_params = false;
     for line in ptx.lines() {
@@ -79,6 +81,10 @@ fn with_launch_bounds(ptx: &str, n: u32) -> String {
         }
         out.push_str(line);
         out.push('\n');
+        if line.starts_with(".address_size") {
+            out.push_str(ringreduce_kernels::arch::SHARED_DECLARATIONS);
+            out.push('\n');
+        }
         if in_entry_params && line.trim_start().starts_with(')') {
             out.push_str(&format!(".maxntid {n}, 1, 1\n.minnctapersm 1\n"));
             in_entry_params = false;

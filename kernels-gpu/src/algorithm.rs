@@ -29,9 +29,7 @@ use crate::device::Device;
 use crate::element::Element;
 use crate::op::ReduceOp;
 use crate::plan::{block_residue, Sizing, NUM_SUBCHUNKS};
-use crate::primitives::{
-    prefetch_first_round, signal, transfer, wait_until, WaitCtx, WaitSite, COPY, FINAL, REDUCE,
-};
+use crate::primitives::{signal, transfer, wait_until, WaitCtx, WaitSite, COPY, FINAL, REDUCE};
 use crate::ring::block_for_step;
 use core::mem::size_of;
 
@@ -53,19 +51,102 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
     }
     let tid = d.thread_idx();
     let control = tid == THREADS;
+    let failed = control && !handshake(d, a);
+    if d.block_barrier_or(failed) {
+        return;
+    }
+    if control {
+        control_lane(d, a);
+    } else {
+        producer_lane::<D, T, O, THREADS>(d, a, tid);
+    }
+}
+
+/// The control lane: before releasing slice `i` it waits for that slice's
+/// condition, and after releasing it waits for the producers to finish
+/// slice `i - 1` and publishes that. So it runs a slice ahead of the
+/// producers, and its flag round trips overlap their data movement.
+#[inline(always)]
+unsafe fn control_lane<D: Device>(d: &D, a: &KernelArgs) {
+    let (s, k) = (&a.sizing, a.k);
+    let mut failed = false;
+    let mut moved: Option<(u64, u64, u64)> = None;
+    let mut i = 0u64;
+    for c in 0..s.num_chunks {
+        for step in 0..k {
+            for sub in 0..NUM_SUBCHUNKS {
+                if !failed {
+                    failed = !wait_for_slot(d, a, c, step, sub);
+                }
+                d.release(i & 1, failed);
+                if let Some(prev) = moved {
+                    d.await_done((i - 1) & 1);
+                    if !failed {
+                        publish(d, a, prev);
+                    }
+                }
+                moved = Some((c, step, sub));
+                i += 1;
+            }
+        }
+    }
+    if let Some(prev) = moved {
+        d.await_done((i - 1) & 1);
+        if !failed {
+            publish(d, a, prev);
+        }
+    }
+
+    // The predecessor's last signal lands in our flag; only once it has can
+    // we reset the flags for the next collective and clear our slot.
+    if !failed {
+        let last = s.final_new_data_value(k);
+        let site = WaitSite {
+            kind: WaitKind::FinalData,
+            chunk: s.num_chunks,
+            step: 0,
+            sub: 0,
+            expected: last,
+        };
+        if wait_until(d, WaitCtx::of(a), a.this_new_data, site, |v| v >= last) {
+            d.store_volatile(a.this_new_data as *mut u64, 0);
+            d.store_volatile(a.this_chunk_done as *mut u64, 0);
+            signal(d, a.this_slot, 0);
+        }
+    }
+}
+
+/// Tells the successor about slice (c, step, sub), which every producer has
+/// finished, and after the last step the predecessor that the chunk's slot
+/// is free again. Once any wait gave up the control lane publishes nothing
+/// more, not even the slice just moved: the ranks downstream then all time
+/// out together instead of one after another.
+#[inline(always)]
+unsafe fn publish<D: Device>(d: &D, a: &KernelArgs, (c, step, sub): (u64, u64, u64)) {
+    let k = a.k;
+    if !drop_signal(a, c, step) {
+        signal(d, a.next_new_data, Sizing::new_data_value(k, c, step, sub));
+    }
+    if step + 1 == k && c + 1 < a.sizing.num_chunks {
+        signal(d, a.prev_chunk_done, Sizing::chunk_done_value(c, sub));
+    }
+}
+
+/// A producer lane: every slice in order, each once its group is released,
+/// reporting each done. A released slice is skipped when the control lane
+/// has given up.
+#[inline(always)]
+unsafe fn producer_lane<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
+    d: &D,
+    a: &KernelArgs,
+    tid: u64,
+) {
+    let (s, k) = (&a.sizing, a.k);
     let ufr = core::slice::from_raw_parts(a.user_from_ring as *const u32, k as usize);
     let sz = size_of::<T>() as u64;
     let aligned = a.aligned != 0;
-    let k32 = k as u32;
-
-    let mut failed = control && !handshake(d, a);
-    failed = d.block_barrier_or(failed);
-
-    // With prefetch on, the producers also ask L2 for the next slice's first
-    // round of own input before the barrier; the in-loop prefetch then runs
-    // one round less far ahead.
-    let cross_pf = a.prefetch_rounds != 0;
-    let pf = a.prefetch_rounds.saturating_sub(1);
+    let (k32, pf) = (k as u32, a.prefetch_rounds);
+    let mut i = 0u64;
     for c in 0..s.num_chunks {
         let slices = s.slices(c);
         for step in 0..k {
@@ -77,11 +158,8 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
             };
             let mut off = c * s.chunk_elems;
             for (sub, &len) in slices.iter().enumerate() {
-                let sub = sub as u64;
-                let next = next_slice(c, step, sub, k, s.num_chunks);
-                // `failed` is the same in every lane here: it comes from a barrier.
-                if !failed && !control {
-                    let slot = s.slot_offset(block, sub) + residue;
+                if !d.await_release(i & 1) {
+                    let slot = s.slot_offset(block, sub as u64) + residue;
                     let own = (a.send + (block * s.n + off) * sz) as *const T;
                     let incoming = (a.this_buffer + slot) as *const T;
                     if step == 0 {
@@ -100,51 +178,11 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
                             d, tid, dst, incoming, own, len, aligned, k32, pf,
                         );
                     }
-                    if let (true, Some((nc, ns, nsub))) = (cross_pf, next) {
-                        let nblock = block_for_step(ufr, a.ring_pos, ns);
-                        let nslices = s.slices(nc);
-                        let noff = nc * s.chunk_elems + if nsub == 0 { 0 } else { nslices[0] };
-                        let nown = (a.send + (nblock * s.n + noff) * sz) as *const T;
-                        let nlen = nslices[nsub as usize];
-                        prefetch_first_round::<D, T, THREADS>(d, tid, nown, nlen, aligned);
-                    }
-                } else if !failed {
-                    if let Some((nc, ns, nsub)) = next {
-                        failed = !wait_for_slot(d, a, nc, ns, nsub);
-                    }
                 }
-                failed = d.block_barrier_or(failed);
-                // Once any wait gave up nothing more is published, not even
-                // the slice just moved: the ranks downstream then all time
-                // out together instead of one after another.
-                if control && !failed {
-                    if !drop_signal(a, c, step) {
-                        signal(d, a.next_new_data, Sizing::new_data_value(k, c, step, sub));
-                    }
-                    if step + 1 == k && c + 1 < s.num_chunks {
-                        signal(d, a.prev_chunk_done, Sizing::chunk_done_value(c, sub));
-                    }
-                }
+                d.arrive_done(i & 1);
                 off += len;
+                i += 1;
             }
-        }
-    }
-
-    // The predecessor's last signal lands in our flag; only once it has can
-    // we reset the flags for the next collective and clear our slot.
-    if control && !failed {
-        let last = s.final_new_data_value(k);
-        let site = WaitSite {
-            kind: WaitKind::FinalData,
-            chunk: s.num_chunks,
-            step: 0,
-            sub: 0,
-            expected: last,
-        };
-        if wait_until(d, WaitCtx::of(a), a.this_new_data, site, |v| v >= last) {
-            d.store_volatile(a.this_new_data as *mut u64, 0);
-            d.store_volatile(a.this_chunk_done as *mut u64, 0);
-            signal(d, a.this_slot, 0);
         }
     }
 }
@@ -180,20 +218,6 @@ unsafe fn handshake<D: Device>(d: &D, a: &KernelArgs) -> bool {
         site(WaitKind::NextAnnounced, 1),
         |v| v != 0,
     )
-}
-
-/// The slice after (c, step, sub) in the order the loop moves them.
-#[inline(always)]
-fn next_slice(c: u64, step: u64, sub: u64, k: u64, chunks: u64) -> Option<(u64, u64, u64)> {
-    if sub + 1 < NUM_SUBCHUNKS {
-        Some((c, step, sub + 1))
-    } else if step + 1 < k {
-        Some((c, step + 1, 0))
-    } else if c + 1 < chunks {
-        Some((c + 1, 0, 0))
-    } else {
-        None
-    }
 }
 
 /// What the control lane must see before moving slice (c, step, sub): at step 0 the

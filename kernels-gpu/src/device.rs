@@ -9,14 +9,27 @@
 /// method; the flag protocol is only correct with them.
 pub unsafe trait Device {
     /// This lane's index in the block: `0..THREADS` are producers, `THREADS`
-    /// is the signalling thread.
+    /// is the control lane (every flag wait and signal).
     fn thread_idx(&self) -> u64;
-    /// Barrier among the producer lanes only (the GPU's `bar 1, THREADS`),
-    /// returning the OR of every lane's `pred`. Orders memory among them.
-    fn producer_barrier_or(&self, pred: bool) -> bool;
-    /// Barrier among all lanes, signaller included (the GPU's `bar 0`),
+    /// Barrier among all lanes, control lane included (the GPU's `bar 0`),
     /// returning the OR of every lane's `pred`. Orders memory among them.
     fn block_barrier_or(&self, pred: bool) -> bool;
+    /// Control lane: publishes the block's `failed` bit, then lets every
+    /// producer group into its next slice, without waiting for them.
+    /// `parity` alternates from slice to slice, so that producers may run up
+    /// to a slice apart. Orders the control lane's earlier memory accesses
+    /// (its flag acquire) before the released producers' later ones.
+    fn release(&self, parity: u64, failed: bool);
+    /// Producer: waits until the control lane released this lane's group
+    /// into the slice of `parity`; returns the `failed` bit published then.
+    /// Only the lanes of one group wait for each other, never the others.
+    fn await_release(&self, parity: u64) -> bool;
+    /// Producer: reports that its part of the slice of `parity` is done,
+    /// without waiting.
+    fn arrive_done(&self, parity: u64);
+    /// Control lane: waits until every producer reported the slice of
+    /// `parity` done. Orders their stores before the control lane's fence.
+    fn await_done(&self, parity: u64);
     /// A load that always reaches memory another agent may write.
     ///
     /// # Safety

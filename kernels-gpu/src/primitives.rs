@@ -308,40 +308,6 @@ pub unsafe fn transfer<D: Device, T: Element, O: ReduceOp, const THREADS: u64, c
     scalar::<T, O, THREADS, MODE>(tid, dst, incoming, own, done, n, k);
 }
 
-/// Asks L2 for the `own` packs this lane loads in the first unrolled round
-/// of `transfer(.., own, n, aligned, ..)`, so that a slice does not start
-/// with its first loads missing all the way to device memory. Does nothing
-/// when that round would not run (short or unaligned slices).
-///
-/// # Safety
-/// `own` must be valid for `n` elements.
-#[inline(always)]
-pub unsafe fn prefetch_first_round<D: Device, T: Element, const THREADS: u64>(
-    d: &D,
-    tid: u64,
-    own: *const T,
-    n: u64,
-    aligned: bool,
-) {
-    if !aligned {
-        return;
-    }
-    // Aligned means `own` shares its residue with `dst`, which fixes the head.
-    let sz = size_of::<T>() as u64;
-    let mis = (own as u64) % PACK_BYTES;
-    let head = if mis == 0 { 0 } else { (PACK_BYTES - mis) / sz };
-    if head >= n {
-        return;
-    }
-    let packs = (n - head) / (PACK_BYTES / sz);
-    if tid + (UNROLL - 1) * THREADS >= packs {
-        return;
-    }
-    let po = own.add(head as usize) as *const u8;
-    let at = |p: u64| (p * PACK_BYTES) as usize;
-    unroll8!(u => d.prefetch_l2(po.add(at(tid + u * THREADS))));
-}
-
 /// Elements `from..to`, one per lane per iteration, `UNROLL` at a time.
 #[inline(always)]
 unsafe fn scalar<T: Element, O: ReduceOp, const THREADS: u64, const MODE: u8>(

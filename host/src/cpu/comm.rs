@@ -1,7 +1,7 @@
 //! The CPU communicator: the same ring kernels, run by OS threads.
 
 use super::buffer::{HostMem, HostView, UseGuard};
-use super::lane::{Lane, OrBarrier};
+use super::lane::{BlockSync, Lane};
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
@@ -336,19 +336,13 @@ fn run_block<T: Element>(op: Op, a: &KernelArgs) {
 
 /// One block: `CPU_THREADS` producer lanes and the signalling lane.
 fn run_lanes<T: Element, O: ReduceOp>(a: &KernelArgs) {
-    let producers = OrBarrier::new(CPU_THREADS as usize);
-    let block = OrBarrier::new(CPU_THREADS as usize + 1);
+    let sync = BlockSync::new(CPU_THREADS as usize);
     let epoch = Instant::now();
     std::thread::scope(|s| {
         for tid in 0..=CPU_THREADS {
-            let (producers, block) = (&producers, &block);
+            let sync = &sync;
             s.spawn(move || {
-                let lane = Lane {
-                    tid,
-                    producers,
-                    block,
-                    epoch,
-                };
+                let lane = Lane { tid, sync, epoch };
                 // SAFETY: `a` comes from the planner for this communicator,
                 // whose memory outlives the job.
                 unsafe { reduce_scatter::<Lane<'_>, T, O, CPU_THREADS>(&lane, a) }

@@ -1,8 +1,9 @@
 //! The CPU execution's [`Device`]: one OS thread per lane, barriers with an
-//! OR-reduction, and flags as atomics.
+//! OR-reduction or a non-waiting arrival, and flags as atomics. Each
+//! producer lane is its own release group.
 
 use ringreduce_kernels::Device;
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
@@ -59,11 +60,79 @@ impl OrBarrier {
     }
 }
 
+/// A reusable barrier for `n` arrivals where some arrive without waiting,
+/// like PTX's `barrier.arrive` beside `barrier.sync`. The mutex orders what
+/// an arriving thread did before everything a waiter does after leaving.
+pub struct ArriveBarrier {
+    n: usize,
+    state: Mutex<(usize, u64)>,
+    cv: Condvar,
+}
+
+impl ArriveBarrier {
+    pub fn new(n: usize) -> Self {
+        ArriveBarrier {
+            n,
+            state: Mutex::new((0, 0)),
+            cv: Condvar::new(),
+        }
+    }
+
+    /// Counts this thread in; returns the generation it arrived in and
+    /// whether it completed that generation.
+    fn count_in(&self) -> (std::sync::MutexGuard<'_, (usize, u64)>, u64, bool) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let gen = s.1;
+        s.0 += 1;
+        let last = s.0 == self.n;
+        if last {
+            *s = (0, gen.wrapping_add(1));
+            self.cv.notify_all();
+        }
+        (s, gen, last)
+    }
+
+    pub fn arrive(&self) {
+        drop(self.count_in());
+    }
+
+    pub fn wait(&self) {
+        let (mut s, gen, last) = self.count_in();
+        if !last {
+            while s.1 == gen {
+                s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+    }
+}
+
+/// What the lanes of one block share besides memory: the barriers and the
+/// block's `failed` word.
+pub struct BlockSync {
+    block: OrBarrier,
+    done: [ArriveBarrier; 2],
+    /// Per producer lane, per parity: that lane and the control lane.
+    release: Vec<[ArriveBarrier; 2]>,
+    failed: AtomicBool,
+}
+
+impl BlockSync {
+    pub fn new(producers: usize) -> Self {
+        BlockSync {
+            block: OrBarrier::new(producers + 1),
+            done: [0, 1].map(|_| ArriveBarrier::new(producers + 1)),
+            release: (0..producers)
+                .map(|_| [0, 1].map(|_| ArriveBarrier::new(2)))
+                .collect(),
+            failed: AtomicBool::new(false),
+        }
+    }
+}
+
 /// One lane of a rank's block.
 pub struct Lane<'a> {
     pub tid: u64,
-    pub producers: &'a OrBarrier,
-    pub block: &'a OrBarrier,
+    pub sync: &'a BlockSync,
     pub epoch: Instant,
 }
 
@@ -74,11 +143,25 @@ unsafe impl Device for Lane<'_> {
     fn thread_idx(&self) -> u64 {
         self.tid
     }
-    fn producer_barrier_or(&self, pred: bool) -> bool {
-        self.producers.wait_or(pred)
-    }
     fn block_barrier_or(&self, pred: bool) -> bool {
-        self.block.wait_or(pred)
+        self.sync.block.wait_or(pred)
+    }
+    fn release(&self, parity: u64, failed: bool) {
+        // The barriers' mutexes order this store before the released reads.
+        self.sync.failed.store(failed, Ordering::Relaxed);
+        for r in &self.sync.release {
+            r[parity as usize].arrive();
+        }
+    }
+    fn await_release(&self, parity: u64) -> bool {
+        self.sync.release[self.tid as usize][parity as usize].wait();
+        self.sync.failed.load(Ordering::Relaxed)
+    }
+    fn arrive_done(&self, parity: u64) {
+        self.sync.done[parity as usize].arrive()
+    }
+    fn await_done(&self, parity: u64) {
+        self.sync.done[parity as usize].wait()
     }
     unsafe fn load_volatile(&self, p: *const u64) -> u64 {
         (*(p as *const AtomicU64)).load(Ordering::Relaxed)

@@ -4,6 +4,20 @@
 #[cfg(target_arch = "nvptx64")]
 pub mod nvptx;
 
+/// The name of the block's shared `failed` word, through which the control
+/// lane tells released producers to skip their slices. Rust cannot place a
+/// static in shared memory, so `host/build.rs` adds
+/// [`SHARED_DECLARATIONS`] to the PTX at module scope.
+#[macro_export]
+macro_rules! block_failed_word {
+    () => {
+        "ringreduce_block_failed"
+    };
+}
+
+/// The PTX module-scope declarations the kernels' inline assembly names.
+pub const SHARED_DECLARATIONS: &str = concat!(".shared .align 4 .u32 ", block_failed_word!(), ";");
+
 #[cfg(target_arch = "nvptx64")]
 pub use nvptx::{f16_bits_to_f32, f32_to_f16_bits};
 

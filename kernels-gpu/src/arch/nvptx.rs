@@ -9,35 +9,35 @@ use core::arch::asm;
 #[derive(Clone, Copy, Default)]
 pub struct Gpu<const THREADS: u32>;
 
+/// Producer lanes that one release barrier lets go together: two warps.
+/// Finer groups would need more than the 16 hardware barriers (two per
+/// group, one per parity).
+const GROUP_LANES: u32 = 64;
+/// Barrier ids: 0 is the whole block's; the two "slice done" barriers (one
+/// per parity) follow, then two release barriers per producer group.
+const DONE_BARRIER: u32 = 1;
+const RELEASE_BARRIER: u32 = 3;
+
+impl<const THREADS: u32> Gpu<THREADS> {
+    const GROUPS: u32 = {
+        assert!(THREADS % GROUP_LANES == 0, "producers come in whole groups");
+        let g = THREADS / GROUP_LANES;
+        assert!(RELEASE_BARRIER + 2 * g <= 16, "a block has 16 barriers");
+        g
+    };
+
+    #[inline(always)]
+    fn release_id(group: u32, parity: u64) -> u32 {
+        RELEASE_BARRIER + 2 * group + parity as u32
+    }
+}
+
 unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
     #[inline(always)]
     fn thread_idx(&self) -> u64 {
         let t: u32;
         unsafe { asm!("mov.u32 {t}, %tid.x;", t = out(reg32) t, options(nomem, nostack, pure)) };
         t as u64
-    }
-
-    /// `bar.red.or.pred` on barrier 1 with `THREADS` participants: a named
-    /// barrier the signalling warp does not join, which also tells every
-    /// producer whether any of them gave up.
-    #[inline(always)]
-    fn producer_barrier_or(&self, pred: bool) -> bool {
-        let out: u32;
-        unsafe {
-            asm!(
-                "{{",
-                ".reg .pred %pin, %pout;",
-                "setp.ne.u32 %pin, {p}, 0;",
-                "bar.red.or.pred %pout, 1, {n}, %pin;",
-                "selp.u32 {o}, 1, 0, %pout;",
-                "}}",
-                p = in(reg32) pred as u32,
-                n = in(reg32) THREADS,
-                o = out(reg32) out,
-                options(nostack)
-            )
-        };
-        out != 0
     }
 
     /// `bar.red.or.pred` on barrier 0 with the whole block.
@@ -58,6 +58,68 @@ unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
             )
         };
         out != 0
+    }
+
+    /// Publishes `failed` in the block's shared word, then `barrier.arrive`
+    /// on each group's release barrier of this parity.
+    #[inline(always)]
+    fn release(&self, parity: u64, failed: bool) {
+        unsafe {
+            asm!(
+                concat!("st.volatile.shared.u32 [", crate::block_failed_word!(), "], {f};"),
+                f = in(reg32) failed as u32,
+                options(nostack)
+            );
+            for g in 0..Self::GROUPS {
+                asm!(
+                    "barrier.arrive {id}, {n};",
+                    id = in(reg32) Self::release_id(g, parity),
+                    n = in(reg32) GROUP_LANES + 32,
+                    options(nostack)
+                );
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn await_release(&self, parity: u64) -> bool {
+        let g = self.thread_idx() / GROUP_LANES as u64;
+        let f: u32;
+        unsafe {
+            asm!(
+                "barrier.sync {id}, {n};",
+                concat!("ld.volatile.shared.u32 {f}, [", crate::block_failed_word!(), "];"),
+                id = in(reg32) Self::release_id(g as u32, parity),
+                n = in(reg32) GROUP_LANES + 32,
+                f = out(reg32) f,
+                options(nostack)
+            );
+        }
+        f != 0
+    }
+
+    #[inline(always)]
+    fn arrive_done(&self, parity: u64) {
+        unsafe {
+            asm!(
+                "barrier.arrive {id}, {n};",
+                id = in(reg32) DONE_BARRIER + parity as u32,
+                n = in(reg32) THREADS + 32,
+                options(nostack)
+            );
+        }
+    }
+
+    #[inline(always)]
+    fn await_done(&self, parity: u64) {
+        unsafe {
+            asm!(
+                "barrier.sync {id}, {n};",
+                id = in(reg32) DONE_BARRIER + parity as u32,
+                n = in(reg32) THREADS + 32,
+                options(nostack)
+            );
+        }
     }
 
     #[inline(always)]
