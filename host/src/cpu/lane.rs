@@ -216,4 +216,35 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn arrive_barrier_releases_only_when_all_counted() {
+        use std::sync::atomic::AtomicUsize;
+        let b = Arc::new(ArriveBarrier::new(3));
+        let passed = Arc::new(AtomicUsize::new(0));
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let (b, passed) = (b.clone(), passed.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..50 {
+                        b.wait();
+                        passed.fetch_add(1, Ordering::SeqCst);
+                    }
+                })
+            })
+            .collect();
+        for round in 1..=50 {
+            // Two waiters alone cannot complete a generation of three.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            assert!(passed.load(Ordering::SeqCst) <= 2 * (round - 1));
+            b.arrive();
+            while passed.load(Ordering::SeqCst) < 2 * round {
+                std::thread::yield_now();
+            }
+        }
+        for w in waiters {
+            w.join().unwrap();
+        }
+        assert_eq!(passed.load(Ordering::SeqCst), 100);
+    }
 }
