@@ -4,7 +4,7 @@
 use crate::error::{Error, TimeoutInfo};
 use crate::ring::RingOrder;
 use ringreduce_kernels::plan::NUM_SUBCHUNKS;
-use ringreduce_kernels::{StatusRecord, WaitKind, WaitOutcome};
+use ringreduce_kernels::{Sizing, StatusRecord, WaitKind, WaitOutcome};
 
 /// The (chunk, step, subchunk) whose signal a flag value stands for: the
 /// inverse of `Sizing::new_data_value` (and of `chunk_done_value`, where
@@ -77,9 +77,9 @@ pub fn first_error(recs: &[StatusRecord], ring: &RingOrder) -> Option<Error> {
                 (Some(p), _)
                     if t.signal
                         .map(|(c, s, sub)| {
-                            let at = |c: u64, s: u64, sub: u64| {
-                                (c * recs.len() as u64 + s) * NUM_SUBCHUNKS + sub
-                            };
+                            // Flag values count slices in the order they move.
+                            let at =
+                                |c, s, sub| Sizing::new_data_value(recs.len() as u64, c, s, sub);
                             at(p.chunk, p.step, p.sub) > at(c, s, sub) + 1
                         })
                         .unwrap_or(false) =>

@@ -75,6 +75,16 @@ unsafe fn control_lane<D: Device>(d: &D, a: &KernelArgs) {
     let mut failed = false;
     let mut moved: Option<(u64, u64, u64)> = None;
     let mut i = 0u64;
+    // Waits for the producers to finish the slice released before slice
+    // `i` and publishes it.
+    let finish = |i: u64, moved: Option<(u64, u64, u64)>, failed: bool| {
+        if let Some(prev) = moved {
+            d.await_done((i - 1) & 1);
+            if !failed {
+                publish(d, a, prev);
+            }
+        }
+    };
     for c in 0..s.num_chunks {
         for step in 0..k {
             for sub in 0..NUM_SUBCHUNKS {
@@ -82,23 +92,13 @@ unsafe fn control_lane<D: Device>(d: &D, a: &KernelArgs) {
                     failed = !wait_for_slot(d, a, c, step, sub);
                 }
                 d.release(i & 1, failed);
-                if let Some(prev) = moved {
-                    d.await_done((i - 1) & 1);
-                    if !failed {
-                        publish(d, a, prev);
-                    }
-                }
+                finish(i, moved, failed);
                 moved = Some((c, step, sub));
                 i += 1;
             }
         }
     }
-    if let Some(prev) = moved {
-        d.await_done((i - 1) & 1);
-        if !failed {
-            publish(d, a, prev);
-        }
-    }
+    finish(i, moved, failed);
 
     // The predecessor's last signal lands in our flag; only once it has can
     // we reset the flags for the next collective and clear our slot.

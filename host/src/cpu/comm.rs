@@ -334,7 +334,7 @@ fn run_block<T: Element>(op: Op, a: &KernelArgs) {
     }
 }
 
-/// One block: `CPU_THREADS` producer lanes and the signalling lane.
+/// One block: `CPU_THREADS` producer lanes and the control lane.
 fn run_lanes<T: Element, O: ReduceOp>(a: &KernelArgs) {
     let sync = BlockSync::new(CPU_THREADS as usize);
     let epoch = Instant::now();

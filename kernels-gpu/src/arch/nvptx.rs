@@ -5,7 +5,7 @@
 use crate::device::Device;
 use core::arch::asm;
 
-/// A GPU block running the kernel; `THREADS` producers plus one signaller.
+/// A GPU block running the kernel; `THREADS` producers plus the control lane.
 #[derive(Clone, Copy, Default)]
 pub struct Gpu<const THREADS: u32>;
 
@@ -70,27 +70,20 @@ unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
                 f = in(reg32) failed as u32,
                 options(nostack)
             );
-            for g in 0..Self::GROUPS {
-                asm!(
-                    "barrier.arrive {id}, {n};",
-                    id = in(reg32) Self::release_id(g, parity),
-                    n = in(reg32) GROUP_LANES + 32,
-                    options(nostack)
-                );
-            }
+        }
+        for g in 0..Self::GROUPS {
+            barrier_arrive(Self::release_id(g, parity), GROUP_LANES + 32);
         }
     }
 
     #[inline(always)]
     fn await_release(&self, parity: u64) -> bool {
         let g = self.thread_idx() / GROUP_LANES as u64;
+        barrier_sync(Self::release_id(g as u32, parity), GROUP_LANES + 32);
         let f: u32;
         unsafe {
             asm!(
-                "barrier.sync {id}, {n};",
                 concat!("ld.volatile.shared.u32 {f}, [", crate::block_failed_word!(), "];"),
-                id = in(reg32) Self::release_id(g as u32, parity),
-                n = in(reg32) GROUP_LANES + 32,
                 f = out(reg32) f,
                 options(nostack)
             );
@@ -100,26 +93,12 @@ unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
 
     #[inline(always)]
     fn arrive_done(&self, parity: u64) {
-        unsafe {
-            asm!(
-                "barrier.arrive {id}, {n};",
-                id = in(reg32) DONE_BARRIER + parity as u32,
-                n = in(reg32) THREADS + 32,
-                options(nostack)
-            );
-        }
+        barrier_arrive(DONE_BARRIER + parity as u32, THREADS + 32);
     }
 
     #[inline(always)]
     fn await_done(&self, parity: u64) {
-        unsafe {
-            asm!(
-                "barrier.sync {id}, {n};",
-                id = in(reg32) DONE_BARRIER + parity as u32,
-                n = in(reg32) THREADS + 32,
-                options(nostack)
-            );
-        }
+        barrier_sync(DONE_BARRIER + parity as u32, THREADS + 32);
     }
 
     #[inline(always)]
@@ -179,6 +158,25 @@ unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
         unsafe { asm!("mov.u64 {t}, %globaltimer;", t = out(reg64) t, options(nomem, nostack)) };
         t
     }
+}
+
+/// `barrier.arrive` on named barrier `id` of `n` threads: counts this warp
+/// in and orders its earlier memory accesses before the waiters' later ones,
+/// without waiting.
+#[inline(always)]
+fn barrier_arrive(id: u32, n: u32) {
+    unsafe {
+        asm!("barrier.arrive {id}, {n};", id = in(reg32) id, n = in(reg32) n, options(nostack))
+    };
+}
+
+/// `barrier.sync` on named barrier `id` of `n` threads (the non-aligned
+/// form: lanes need not have reconverged).
+#[inline(always)]
+fn barrier_sync(id: u32, n: u32) {
+    unsafe {
+        asm!("barrier.sync {id}, {n};", id = in(reg32) id, n = in(reg32) n, options(nostack))
+    };
 }
 
 #[inline(always)]
