@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ringreduce::kernels::plan::{CPU_THREADS, GPU_THREADS, PACK_BYTES};
+use ringreduce::kernels::plan::{block_residue, CPU_THREADS, GPU_THREADS, PACK_BYTES};
 use ringreduce::planner::{plan_reduce_scatter, BufferSpan, Control, Plan, RankWiring};
 use ringreduce::{DataType, RingOrder};
 
@@ -54,8 +54,12 @@ fuzz_target!(|data: &[u8]| {
             for c in [0, sizing.num_chunks - 1] {
                 let sl = sizing.slices(c);
                 for (sub, len) in sl.iter().enumerate() {
-                    let end = sizing.slot_offset(k as u64 - 1, sub as u64) + PACK_BYTES - sz + len * sz;
-                    assert!(end <= sizing.staging_bytes(k as u64));
+                    for b in 0..k as u64 {
+                        let r = if aligned { block_residue(args[0].send_residue, b, n, sz) } else { 0 };
+                        let end = sizing.slot_offset(b, sub as u64) + r + len * sz;
+                        assert!(end <= sizing.slot_offset(b, sub as u64) + sizing.slot_stride_bytes);
+                        assert!(end <= sizing.staging_bytes(k as u64));
+                    }
                 }
                 if c + 1 == sizing.num_chunks {
                     covered = c * sizing.chunk_elems + sl[0] + sl[1];

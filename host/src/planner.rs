@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::ring::RingOrder;
-use ringreduce_kernels::plan::{common_residue, PlanError, Sizing};
+use ringreduce_kernels::plan::{common_residue, needs_padding, PlanError, Sizing};
 use ringreduce_kernels::{DataType, KernelArgs};
 
 /// One rank's buffers, as addresses and element counts.
@@ -136,15 +136,17 @@ pub fn validate(bufs: &[BufferSpan], k: usize, dtype: DataType) -> Result<u64> {
     Ok(n)
 }
 
-/// Maps a sizing error to the library's error.
+/// Maps a sizing error to the library's error. `padded`: see
+/// [`needs_padding`]; whether the buffer is big enough does not depend on it.
 pub fn sizing(
     k: usize,
     n: u64,
     dtype: DataType,
     buffer_bytes: u64,
     threads: u64,
+    padded: bool,
 ) -> Result<Sizing> {
-    Sizing::new(k as u64, n, dtype.size(), buffer_bytes, threads).map_err(|e| match e {
+    Sizing::new(k as u64, n, dtype.size(), buffer_bytes, threads, padded).map_err(|e| match e {
         PlanError::ZeroRanks => Error::ZeroRanks,
         PlanError::BufferTooSmall { need, have } => Error::BufferTooSmall { k, need, have },
         PlanError::Overflow | PlanError::BadElementSize(_) => Error::Overflow {
@@ -171,9 +173,17 @@ pub fn plan_reduce_scatter(
         return Err(Error::ZeroRanks);
     }
     let n = validate(bufs, k, dtype)?;
+    let residue = common_residue(
+        bufs.iter()
+            .enumerate()
+            .map(|(u, b)| (u as u64, b.send, b.recv)),
+        n,
+        dtype.size(),
+    );
     // Reject a too-small staging buffer even for sizes that would not use it,
     // so that a communicator's validity does not depend on the message size.
-    let sizing = sizing(k, n, dtype, buffer_bytes, threads)?;
+    let padded = needs_padding(residue, n, dtype.size());
+    let sizing = sizing(k, n, dtype, buffer_bytes, threads, padded)?;
     if n == 0 {
         return Ok(Plan::Nothing);
     }
@@ -189,13 +199,6 @@ pub fn plan_reduce_scatter(
             }
         });
     }
-    let residue = common_residue(
-        bufs.iter()
-            .enumerate()
-            .map(|(u, b)| (u as u64, b.send, b.recv)),
-        n,
-        dtype.size(),
-    );
     let ufr = ring.user_from_ring();
     let mut args = vec![KernelArgs::default(); k];
     for (pos, &user) in ufr.iter().enumerate() {

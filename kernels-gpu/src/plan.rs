@@ -48,20 +48,27 @@ pub struct Sizing {
     /// Elements in one unrolled tile (`UNROLL * threads * PACK_BYTES` bytes).
     pub tile_elems: u64,
     /// Bytes between staging slots. It is the slice size before any halving
-    /// plus one pack of padding, so the larger last chunk still fits.
+    /// (so the larger last chunk still fits), plus one pack of padding when
+    /// the blocks' data starts off a pack boundary (see [`needs_padding`]).
     pub slot_stride_bytes: u64,
 }
 
 impl Sizing {
     /// Plans a collective over `k` ranks of `n` elements of `elem_size` bytes
     /// per block, with `buffer_bytes` of staging per rank and `threads`
-    /// producer threads.
+    /// producer threads. `padded` reserves a pack per slot for the block
+    /// residues (see [`needs_padding`]).
+    ///
+    /// The buffer must hold one tile plus the padding per slot even when
+    /// `padded` is false, so that whether a communicator's buffer is big
+    /// enough never depends on the message size or the pointers.
     pub fn new(
         k: u64,
         n: u64,
         elem_size: u64,
         buffer_bytes: u64,
         threads: u64,
+        padded: bool,
     ) -> Result<Sizing, PlanError> {
         if k == 0 {
             return Err(PlanError::ZeroRanks);
@@ -91,8 +98,12 @@ impl Sizing {
                 have: buffer_bytes,
             });
         }
-        let slice_tiles = (per_slot - PACK_BYTES) / tile_bytes;
-        let slot_stride_bytes = slice_tiles * tile_bytes + PACK_BYTES;
+        // An unpadded 2 MiB buffer over 8 slots holds 8 tiles of 32 KiB per
+        // slice where a padded one holds 7: the 16 bytes would otherwise cost
+        // a whole tile, and an eighth more slices (each with its own flags).
+        let pad = if padded { PACK_BYTES } else { 0 };
+        let slice_tiles = (per_slot - pad) / tile_bytes;
+        let slot_stride_bytes = slice_tiles * tile_bytes + pad;
         let mut slice_elems = slice_tiles * tile_elems;
         let mut chunk_elems = NUM_SUBCHUNKS * slice_elems;
         let rem = n % chunk_elems;
@@ -171,6 +182,22 @@ impl Sizing {
     }
 }
 
+/// Whether staging slots need a pack of padding: only on the wide-pack path
+/// (`send_residue` is `Some`, see [`common_residue`]) and only when some
+/// block's data starts off a pack boundary, since a slot's data starts at its
+/// block's residue. With `k >= 2` that is when the sends are misaligned or a
+/// block is not a whole number of packs. The scalar path starts every slot's
+/// data at its beginning.
+#[inline]
+pub fn needs_padding(send_residue: Option<u64>, n: u64, elem_size: u64) -> bool {
+    match send_residue {
+        Some(r) => {
+            !r.is_multiple_of(PACK_BYTES) || !n.wrapping_mul(elem_size).is_multiple_of(PACK_BYTES)
+        }
+        None => false,
+    }
+}
+
 /// Alignment residue of block `block` in the staging buffer: the byte offset
 /// modulo [`PACK_BYTES`] at which that block's data starts in every rank's
 /// input. Only meaningful when the collective is aligned (see
@@ -214,7 +241,7 @@ mod tests {
 
     #[test]
     fn default_buffer_four_ranks_f32() {
-        let s = Sizing::new(4, 1 << 26, 4, DEFAULT_BUFFER_BYTES, GPU_THREADS).unwrap();
+        let s = Sizing::new(4, 1 << 26, 4, DEFAULT_BUFFER_BYTES, GPU_THREADS, true).unwrap();
         // 2 MiB / 8 slots = 256 KiB per slot; minus a pack, rounded down to
         // 32 KiB tiles: 7 tiles.
         assert_eq!(s.tile_elems, 8192);
@@ -222,6 +249,20 @@ mod tests {
         assert_eq!(s.slot_stride_bytes, 7 * 32768 + 16);
         assert!(s.staging_bytes(4) <= DEFAULT_BUFFER_BYTES);
         assert_eq!(s.num_chunks, (1u64 << 26).div_ceil(2 * 7 * 8192));
+        // Aligned blocks need no padding: the whole 8 tiles fit.
+        let s = Sizing::new(4, 1 << 26, 4, DEFAULT_BUFFER_BYTES, GPU_THREADS, false).unwrap();
+        assert_eq!(s.slice_elems, 8 * 8192);
+        assert_eq!(s.slot_stride_bytes, 8 * 32768);
+        assert_eq!(s.staging_bytes(4), DEFAULT_BUFFER_BYTES);
+    }
+
+    #[test]
+    fn padding_only_for_residues() {
+        assert!(!needs_padding(None, 3, 4));
+        assert!(!needs_padding(Some(0), 1 << 26, 4));
+        assert!(needs_padding(Some(4), 1 << 26, 4));
+        assert!(needs_padding(Some(0), 3, 4));
+        assert!(!needs_padding(Some(0), 2, 8));
     }
 
     #[test]
@@ -230,7 +271,7 @@ mod tests {
         let t = 8192u64;
         let chunk = 14 * t;
         let n = 2 * chunk + chunk / 4;
-        let s = Sizing::new(4, n, 4, DEFAULT_BUFFER_BYTES, GPU_THREADS).unwrap();
+        let s = Sizing::new(4, n, 4, DEFAULT_BUFFER_BYTES, GPU_THREADS, true).unwrap();
         assert_eq!(s.slice_elems, 3 * t);
         assert_eq!(s.chunk_elems, 6 * t);
         assert_eq!(s.num_chunks, n / (6 * t));
@@ -244,33 +285,33 @@ mod tests {
 
     #[test]
     fn last_chunk_split_evenly_in_tiles() {
-        let s = Sizing::new(2, 5 * 512 + 3, 1, 1 << 20, CPU_THREADS).unwrap();
+        let s = Sizing::new(2, 5 * 512 + 3, 1, 1 << 20, CPU_THREADS, true).unwrap();
         assert_eq!(s.tile_elems, 512);
         assert_eq!(s.num_chunks, 1);
         assert_eq!(s.slices(0), [3 * 512, 2 * 512 + 3]);
-        let s = Sizing::new(2, 100, 1, 1 << 20, CPU_THREADS).unwrap();
+        let s = Sizing::new(2, 100, 1, 1 << 20, CPU_THREADS, true).unwrap();
         assert_eq!(s.slices(0), [0, 100]);
     }
 
     #[test]
     fn errors() {
         assert_eq!(
-            Sizing::new(0, 1, 4, 1 << 21, 256),
+            Sizing::new(0, 1, 4, 1 << 21, 256, true),
             Err(PlanError::ZeroRanks)
         );
         assert_eq!(
-            Sizing::new(2, 1, 3, 1 << 21, 256),
+            Sizing::new(2, 1, 3, 1 << 21, 256, true),
             Err(PlanError::BadElementSize(3))
         );
         assert_eq!(
-            Sizing::new(64, 1, 4, 1 << 21, 256),
+            Sizing::new(64, 1, 4, 1 << 21, 256, false),
             Err(PlanError::BufferTooSmall {
                 need: 128 * (32768 + 16),
                 have: 1 << 21
             })
         );
         assert_eq!(
-            Sizing::new(4, u64::MAX / 8, 8, 1 << 21, 256),
+            Sizing::new(4, u64::MAX / 8, 8, 1 << 21, 256, true),
             Err(PlanError::Overflow)
         );
     }

@@ -10,7 +10,21 @@ use ringreduce_kernels::ring::{block_for_step, ring_index_for_step};
 /// Checks one chunk's slices: they tile the chunk, every slice but the
 /// last of the collective starts on a tile boundary (so it keeps the
 /// block's residue), and every slot access stays inside the staging buffer.
-fn check_chunk(s: &Sizing, k: u64, c: u64, elem: u64, buffer: u64, off_expected: u64) -> u64 {
+/// Unpadded plans are only used when every residue is 0.
+fn check_chunk(
+    s: &Sizing,
+    k: u64,
+    c: u64,
+    elem: u64,
+    buffer: u64,
+    off_expected: u64,
+    padded: bool,
+) -> u64 {
+    let residues: &[u64] = if padded {
+        &[0, PACK_BYTES - elem]
+    } else {
+        &[0]
+    };
     let sl = s.slices(c);
     let mut off = off_expected;
     assert_eq!(
@@ -25,7 +39,7 @@ fn check_chunk(s: &Sizing, k: u64, c: u64, elem: u64, buffer: u64, off_expected:
             "slice start keeps the residue"
         );
         for b in [0, k - 1] {
-            for residue in [0, PACK_BYTES - elem] {
+            for &residue in residues {
                 let end = s.slot_offset(b, sub as u64) + residue + len * elem;
                 assert!(end <= s.staging_bytes(k), "slot end {end} past staging");
                 // A slot never runs into the next one.
@@ -38,13 +52,25 @@ fn check_chunk(s: &Sizing, k: u64, c: u64, elem: u64, buffer: u64, off_expected:
     off
 }
 
-fn check_plan(k: u64, n: u64, elem: u64, buffer: u64, threads: u64) -> Result<(), TestCaseError> {
-    match Sizing::new(k, n, elem, buffer, threads) {
+fn check_plan(
+    k: u64,
+    n: u64,
+    elem: u64,
+    buffer: u64,
+    threads: u64,
+    padded: bool,
+) -> Result<(), TestCaseError> {
+    // The buffer check is the same with or without padding.
+    prop_assert_eq!(
+        Sizing::new(k, n, elem, buffer, threads, padded).is_ok(),
+        Sizing::new(k, n, elem, buffer, threads, !padded).is_ok()
+    );
+    match Sizing::new(k, n, elem, buffer, threads, padded) {
         Err(PlanError::BufferTooSmall { need, have }) => {
             prop_assert_eq!(have, buffer);
             prop_assert!(need > buffer);
             // The error is honest: the stated need is enough.
-            prop_assert!(Sizing::new(k, n, elem, need, threads).is_ok());
+            prop_assert!(Sizing::new(k, n, elem, need, threads, padded).is_ok());
         }
         Err(PlanError::Overflow) => {
             prop_assert!(n.checked_mul(elem).and_then(|b| b.checked_mul(k)).is_none());
@@ -68,11 +94,11 @@ fn check_plan(k: u64, n: u64, elem: u64, buffer: u64, threads: u64) -> Result<()
                 (0..4).chain(s.num_chunks - 4..s.num_chunks).collect()
             };
             for c in walk {
-                check_chunk(&s, k, c, elem, buffer, c * s.chunk_elems);
+                check_chunk(&s, k, c, elem, buffer, c * s.chunk_elems, padded);
             }
             // The remainder rule: with 2-4 chunks and a remainder under half
             // a chunk, the slices halve and the last chunk absorbs the rest.
-            let base = Sizing::new(k, 0, elem, buffer, threads).unwrap();
+            let base = Sizing::new(k, 0, elem, buffer, threads, padded).unwrap();
             let c = base.chunk_elems;
             let rem = n % c;
             let halve = n > c
@@ -101,9 +127,10 @@ proptest! {
         elem in prop::sample::select(vec![1u64, 2, 4, 8]),
         buffer in prop_oneof![1u64..(1 << 16), (1u64 << 16)..(1 << 26)],
         gpu in any::<bool>(),
+        padded in any::<bool>(),
     ) {
         let threads = if gpu { GPU_THREADS } else { CPU_THREADS };
-        check_plan(k, n, elem, buffer, threads)?;
+        check_plan(k, n, elem, buffer, threads, padded)?;
     }
 
 }

@@ -241,3 +241,51 @@ fn plan_for_k1_is_a_copy_or_nothing() {
         plan_reduce_scatter(&ring, &w, &s, DataType::F32, 1 << 21, 4, Control::default()).unwrap();
     assert_eq!(p, ringreduce::planner::Plan::Nothing);
 }
+
+/// Staging padding is only paid for when a block starts off a pack boundary:
+/// aligned f32 blocks of whole packs get 8 tiles of 32 KiB per slot out of
+/// 2 MiB, shifted or ragged ones 7 tiles and a pack.
+#[test]
+fn plan_pads_only_when_a_residue_needs_it() {
+    use ringreduce::kernels::plan::GPU_THREADS;
+    let ring = RingOrder::identity(4);
+    let w = [RankWiring::default(); 4];
+    let stride = |s: &[BufferSpan]| match plan_reduce_scatter(
+        &ring,
+        &w,
+        s,
+        DataType::F32,
+        2 << 20,
+        GPU_THREADS,
+        Control::default(),
+    )
+    .unwrap()
+    {
+        ringreduce::planner::Plan::Launch { sizing, .. } => sizing.slot_stride_bytes,
+        p => panic!("expected a launch, got {p:?}"),
+    };
+    let n = 1 << 20;
+    assert_eq!(stride(&spans(4, n, 4)), 8 * 32768);
+    // Ragged blocks: each recv sits at its block's residue (wide path).
+    let ragged: Vec<BufferSpan> = spans(4, n + 1, 4)
+        .into_iter()
+        .enumerate()
+        .map(|(u, mut s)| {
+            s.recv += (u as u64 * (n + 1) * 4) % 16;
+            s
+        })
+        .collect();
+    assert_eq!(stride(&ragged), 7 * 32768 + 16);
+    // The same recvs left on pack boundaries force the scalar path, whose
+    // slots start at 0 and need no padding.
+    assert_eq!(stride(&spans(4, n + 1, 4)), 8 * 32768);
+    let shifted: Vec<BufferSpan> = spans(4, n, 4)
+        .into_iter()
+        .map(|mut s| {
+            s.send += 4;
+            s.recv += 4;
+            s
+        })
+        .collect();
+    assert_eq!(stride(&shifted), 7 * 32768 + 16);
+}

@@ -91,6 +91,7 @@ impl CpuCommunicator {
             ringreduce_kernels::DataType::U8,
             config.buffer_bytes,
             CPU_THREADS,
+            true,
         )?;
         let ranks = (0..k)
             .map(|_| CpuRank {

@@ -127,7 +127,7 @@ impl Communicator {
         }
         // Validated before any device is opened; kept when the config names it.
         let given = RingOrder::for_ranks(config.ring_order.as_deref(), k)?;
-        crate::planner::sizing(k, 0, DataType::U8, config.buffer_bytes, GPU_THREADS)?;
+        crate::planner::sizing(k, 0, DataType::U8, config.buffer_bytes, GPU_THREADS, true)?;
         let mut ctxs: BTreeMap<usize, Arc<CudaContext>> = BTreeMap::new();
         for &d in devices {
             if let Entry::Vacant(e) = ctxs.entry(d) {
