@@ -37,6 +37,9 @@ pub struct Control {
     pub fault: Option<(usize, u64, u64)>,
     /// See [`crate::CommConfig::prefetch_rounds`].
     pub prefetch_rounds: u64,
+    /// Some rank runs on another device than the others: flags need
+    /// system-scope fences (see [`ringreduce_kernels::Scope`]).
+    pub system_scope: bool,
 }
 
 /// What a collective turns into.
@@ -234,6 +237,7 @@ pub fn plan_reduce_scatter(
             fault_chunk,
             fault_step,
             prefetch_rounds: control.prefetch_rounds,
+            system_scope: control.system_scope as u64,
         };
     }
     Ok(Plan::Launch {

@@ -65,13 +65,15 @@ impl CommState {
         rank_errors(recs, &self.ring)
     }
 
-    /// The watchdog settings for the kernels, given the abort word's address.
-    pub fn control(&self, abort_word: u64) -> Control {
+    /// The watchdog settings for the kernels, given the abort word's address,
+    /// and whether the ranks span devices.
+    pub fn control(&self, abort_word: u64, system_scope: bool) -> Control {
         Control {
             abort_flag: if self.config.watchdog { abort_word } else { 0 },
             timeout_ns: self.config.timeout_ns(),
             fault: self.hooks().lost_signal,
             prefetch_rounds: self.config.effective_prefetch_rounds(),
+            system_scope,
         }
     }
 }

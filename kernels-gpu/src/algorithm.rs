@@ -114,7 +114,7 @@ unsafe fn control_lane<D: Device>(d: &D, a: &KernelArgs) {
         if wait_until(d, WaitCtx::of(a), a.this_new_data, site, |v| v >= last) {
             d.store_volatile(a.this_new_data as *mut u64, 0);
             d.store_volatile(a.this_chunk_done as *mut u64, 0);
-            signal(d, a.this_slot, 0);
+            signal(d, a.scope(), a.this_slot, 0);
         }
     }
 }
@@ -128,10 +128,10 @@ unsafe fn control_lane<D: Device>(d: &D, a: &KernelArgs) {
 unsafe fn publish<D: Device>(d: &D, a: &KernelArgs, (c, step, sub): (u64, u64, u64)) {
     let k = a.k;
     if !drop_signal(a, c, step) {
-        signal(d, a.next_new_data, Sizing::new_data_value(k, c, step, sub));
+        signal(d, a.scope(), a.next_new_data, Sizing::new_data_value(k, c, step, sub));
     }
     if step + 1 == k && c + 1 < a.sizing.num_chunks {
-        signal(d, a.prev_chunk_done, Sizing::chunk_done_value(c, sub));
+        signal(d, a.scope(), a.prev_chunk_done, Sizing::chunk_done_value(c, sub));
     }
 }
 
@@ -213,7 +213,7 @@ unsafe fn handshake<D: Device>(d: &D, a: &KernelArgs) -> bool {
     }
     // Our own flag resets from the previous collective must be visible
     // before anyone acts on the announcement.
-    signal(d, a.prev_slot, a.recv | 1);
+    signal(d, a.scope(), a.prev_slot, a.recv | 1);
     wait_until(
         d,
         WaitCtx::of(a),

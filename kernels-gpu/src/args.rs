@@ -2,6 +2,7 @@
 //! kernel. Pointers are plain `u64` addresses so the struct has one layout on
 //! every target and can be passed by value as a kernel parameter.
 
+use crate::device::Scope;
 use crate::plan::Sizing;
 
 /// Everything one rank's kernel needs for one reduce-scatter. Addresses are
@@ -55,6 +56,22 @@ pub struct KernelArgs {
     /// data" signals are dropped. `u64::MAX` disables it.
     pub fault_chunk: u64,
     pub fault_step: u64,
+    /// Nonzero when some rank runs on another device, so that flags and
+    /// data cross the bus and need system-scope fences; zero when every
+    /// rank shares this GPU (see [`Scope`]).
+    pub system_scope: u64,
+}
+
+impl KernelArgs {
+    /// The scope of this rank's flag signals and acquires.
+    #[inline(always)]
+    pub fn scope(&self) -> Scope {
+        if self.system_scope != 0 {
+            Scope::Sys
+        } else {
+            Scope::Gpu
+        }
+    }
 }
 
 /// How a rank's kernel ended.

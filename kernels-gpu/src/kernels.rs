@@ -4,7 +4,7 @@
 use crate::algorithm::reduce_scatter;
 use crate::arch::nvptx::{block_idx, grid_dim, trap, Gpu};
 use crate::args::KernelArgs;
-use crate::device::Device;
+use crate::device::{Device, Scope};
 use crate::op::{Avg, Max, Min, Prod, Sum};
 use crate::plan::GPU_THREADS;
 use crate::primitives::{transfer, COPY, REDUCE};
@@ -127,20 +127,20 @@ pub unsafe extern "ptx-kernel" fn ringreduce_pingpong(flags: u64, iters: u64) {
     let deadline = g.now_ns().saturating_add(10_000_000_000);
     for i in 1..=iters {
         if me == 0 {
-            g.fence();
+            g.fence(Scope::Sys);
             g.store_volatile(ping, i);
-            while g.load_acquire(pong) != i {
+            while g.load_acquire(pong, Scope::Sys) != i {
                 if g.now_ns() > deadline {
                     return;
                 }
             }
         } else {
-            while g.load_acquire(ping) != i {
+            while g.load_acquire(ping, Scope::Sys) != i {
                 if g.now_ns() > deadline {
                     return;
                 }
             }
-            g.fence();
+            g.fence(Scope::Sys);
             g.store_volatile(pong, i);
         }
     }

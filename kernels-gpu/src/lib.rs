@@ -28,7 +28,7 @@ pub mod ring;
 mod kernels;
 
 pub use args::{KernelArgs, StatusRecord, WaitKind, WaitOutcome};
-pub use device::Device;
+pub use device::{Device, Scope};
 pub use element::{DataType, Element};
 pub use op::{Avg, Max, Min, Op, Prod, ReduceOp, Sum};
 pub use plan::{PlanError, Sizing};

@@ -2,7 +2,7 @@
 //! the unrolled copy/reduce loops.
 
 use crate::args::{KernelArgs, StatusRecord, WaitKind, WaitOutcome};
-use crate::device::Device;
+use crate::device::{Device, Scope};
 use crate::element::Element;
 use crate::op::ReduceOp;
 use crate::plan::{PACK_BYTES, UNROLL};
@@ -23,6 +23,7 @@ pub struct WaitCtx {
     pub status: u64,
     pub user_rank: u64,
     pub ring_pos: u64,
+    pub scope: Scope,
 }
 
 impl WaitCtx {
@@ -34,6 +35,7 @@ impl WaitCtx {
             status: a.status,
             user_rank: a.user_rank,
             ring_pos: a.ring_pos,
+            scope: a.scope(),
         }
     }
 }
@@ -67,7 +69,7 @@ pub unsafe fn wait_until<D: Device, F: Fn(u64) -> bool>(
     let mut polls: u32 = 0;
     let mut start: u64 = 0;
     loop {
-        let seen = d.load_acquire(flag);
+        let seen = d.load_acquire(flag, args.scope);
         if ready(seen) {
             return true;
         }
@@ -125,9 +127,10 @@ unsafe fn report<D: Device>(
     for i in 1..StatusRecord::WORDS {
         d.store_volatile(dst.add(i), *words.add(i));
     }
-    d.fence();
+    // The host reads the record, whatever the peers' scope.
+    d.fence(Scope::Sys);
     d.store_volatile(dst, outcome as u64);
-    d.fence();
+    d.fence(Scope::Sys);
 }
 
 /// Publishes `value` in a peer's flag: the fence releases every store the
@@ -136,8 +139,8 @@ unsafe fn report<D: Device>(
 /// # Safety
 /// `flag` must be a valid flag address.
 #[inline(always)]
-pub unsafe fn signal<D: Device>(d: &D, flag: u64, value: u64) {
-    d.fence();
+pub unsafe fn signal<D: Device>(d: &D, scope: Scope, flag: u64, value: u64) {
+    d.fence(scope);
     d.store_volatile(flag as *mut u64, value);
 }
 

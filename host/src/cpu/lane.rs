@@ -2,7 +2,7 @@
 //! OR-reduction or a non-waiting arrival, and flags as atomics. Each
 //! producer lane is its own release group.
 
-use ringreduce_kernels::Device;
+use ringreduce_kernels::{Device, Scope};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
@@ -175,10 +175,10 @@ unsafe impl Device for Lane<'_> {
     unsafe fn store_pack(&self, p: *mut u8, v: [u32; 4]) {
         (p as *mut [u32; 4]).write(v)
     }
-    unsafe fn load_acquire(&self, p: *const u64) -> u64 {
+    unsafe fn load_acquire(&self, p: *const u64, _scope: Scope) -> u64 {
         (*(p as *const AtomicU64)).load(Ordering::Acquire)
     }
-    fn fence(&self) {
+    fn fence(&self, _scope: Scope) {
         fence(Ordering::SeqCst)
     }
     fn now_ns(&self) -> u64 {

@@ -199,6 +199,13 @@ impl Communicator {
         self.inner.ranks.iter().map(|r| r.ctx.ordinal()).collect()
     }
 
+    /// Whether the ranks run on more than one device, so that their flags
+    /// need system-scope fences.
+    fn spans_devices(&self) -> bool {
+        let d = self.devices();
+        d.iter().any(|&x| x != d[0])
+    }
+
     pub fn k(&self) -> usize {
         self.inner.state.ring.len()
     }
@@ -447,7 +454,7 @@ impl Communicator {
             dtype,
             self.inner.state.config.buffer_bytes,
             GPU_THREADS,
-            self.inner.state.control(self.inner.host.device),
+            self.inner.state.control(self.inner.host.device, self.spans_devices()),
         )?;
         let mut last = self.inner.launch.lock().unwrap_or_else(|e| e.into_inner());
         match plan {

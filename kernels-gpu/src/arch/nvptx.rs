@@ -2,7 +2,7 @@
 //! reduction, volatile and acquire flag accesses, the system fence, L2 prefetch, the global
 //! timer and half-precision conversions.
 
-use crate::device::Device;
+use crate::device::{Device, Scope};
 use core::arch::asm;
 
 /// A GPU block running the kernel; `THREADS` producers plus the control lane.
@@ -136,15 +136,21 @@ unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
     }
 
     #[inline(always)]
-    unsafe fn load_acquire(&self, p: *const u64) -> u64 {
+    unsafe fn load_acquire(&self, p: *const u64, scope: Scope) -> u64 {
         let v: u64;
-        asm!("ld.acquire.sys.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p, options(nostack));
+        match scope {
+            Scope::Gpu => asm!("ld.acquire.gpu.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p, options(nostack)),
+            Scope::Sys => asm!("ld.acquire.sys.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p, options(nostack)),
+        }
         v
     }
 
     #[inline(always)]
-    fn fence(&self) {
-        unsafe { asm!("fence.acq_rel.sys;", options(nostack)) };
+    fn fence(&self, scope: Scope) {
+        match scope {
+            Scope::Gpu => unsafe { asm!("fence.acq_rel.gpu;", options(nostack)) },
+            Scope::Sys => unsafe { asm!("fence.acq_rel.sys;", options(nostack)) },
+        }
     }
 
     #[inline(always)]
