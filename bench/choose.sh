@@ -13,7 +13,7 @@ b() { local n=$1 dir=$2 k=$3 bs=$4
 M=carry P=carry/var/$V
 { b main $M 4 2M; b $V $P 4 2M; b main $M 4 2M; b $V $P 4 2M
   b main $M 4 16M; b $V $P 4 16M; b main $M 8 2M; b $V $P 8 2M; } | tee $OUT/choose.txt
-mean() { grep -E "^$1 k=4 bs=2M " $OUT/choose.txt | awk '{s+=$10; n++} END {print (n ? s/n : 0)}'; }
+mean() { grep -E "^$1 k=4 bs=2M " $OUT/choose.txt | awk '{s+=$11; n++} END {print (n ? s/n : 0)}'; }
 m=$(mean main); v=$(mean $V); echo "mean busbw k=4 2M: main $m, $V $v" | tee -a $OUT/choose.txt
 W=$M; awk "BEGIN {exit !($v > $m)}" && W=$P; echo "testing $W" | tee -a $OUT/choose.txt
 (cd $W && timeout 60 ./gpu_faults --nocapture --test-threads=1 --skip gpu_soak --skip gpu_sanitize) > $R/gpu_faults.log 2>&1
