@@ -55,6 +55,9 @@ pub unsafe fn reduce_scatter<D: Device, T: Element, O: ReduceOp, const THREADS: 
     let tid = d.thread_idx();
     let control = tid == THREADS;
     let failed = control && !handshake(d, a);
+    if control {
+        d.reset_release();
+    }
     if d.block_barrier_or(failed) {
         return;
     }
@@ -91,7 +94,7 @@ unsafe fn control_lane<D: Device>(d: &D, a: &KernelArgs) {
                 if !failed {
                     failed = !wait_for_slot(d, a, c, step, sub);
                 }
-                d.release(i & 1, failed);
+                d.release(i, failed);
                 finish(i, moved, failed);
                 moved = Some((c, step, sub));
                 i += 1;
@@ -161,7 +164,7 @@ unsafe fn producer_lane<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
             };
             let mut off = c * s.chunk_elems;
             for (sub, &len) in slices.iter().enumerate() {
-                if !d.await_release(i & 1) {
+                if !d.await_release(i) {
                     let slot = s.slot_offset(block, sub as u64) + residue;
                     let own = (a.send + (block * s.n + off) * sz) as *const T;
                     let incoming = (a.this_buffer + slot) as *const T;

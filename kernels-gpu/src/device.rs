@@ -25,16 +25,18 @@ pub unsafe trait Device {
     /// Barrier among all lanes, control lane included (the GPU's `bar 0`),
     /// returning the OR of every lane's `pred`. Orders memory among them.
     fn block_barrier_or(&self, pred: bool) -> bool;
-    /// Control lane: publishes the block's `failed` bit, then lets every
-    /// producer group into its next slice, without waiting for them.
-    /// `parity` alternates from slice to slice, so that producers may run up
-    /// to a slice apart. Orders the control lane's earlier memory accesses
-    /// (its flag acquire) before the released producers' later ones.
-    fn release(&self, parity: u64, failed: bool);
-    /// Producer: waits until the control lane released this lane's group
-    /// into the slice of `parity`; returns the `failed` bit published then.
-    /// Only the lanes of one group wait for each other, never the others.
-    fn await_release(&self, parity: u64) -> bool;
+    /// Control lane: publishes the block's `failed` bit, then lets the
+    /// producers into slice number `slice` (counted from 0 per collective),
+    /// without waiting for them. Orders the control lane's earlier memory
+    /// accesses (its flag acquire) before the released producers' later ones.
+    fn release(&self, slice: u64, failed: bool);
+    /// Control lane, before the block barrier that starts the slices:
+    /// nothing is released yet (shared memory starts undefined).
+    fn reset_release(&self) {}
+    /// Producer: waits until the control lane released slice `slice`;
+    /// returns the `failed` bit published then. A producer never waits for
+    /// another producer here.
+    fn await_release(&self, slice: u64) -> bool;
     /// Producer: reports that its part of the slice of `parity` is done,
     /// without waiting.
     fn arrive_done(&self, parity: u64);

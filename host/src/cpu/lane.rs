@@ -146,14 +146,16 @@ unsafe impl Device for Lane<'_> {
     fn block_barrier_or(&self, pred: bool) -> bool {
         self.sync.block.wait_or(pred)
     }
-    fn release(&self, parity: u64, failed: bool) {
+    fn release(&self, slice: u64, failed: bool) {
+        let parity = slice & 1;
         // The barriers' mutexes order this store before the released reads.
         self.sync.failed.store(failed, Ordering::Relaxed);
         for r in &self.sync.release {
             r[parity as usize].arrive();
         }
     }
-    fn await_release(&self, parity: u64) -> bool {
+    fn await_release(&self, slice: u64) -> bool {
+        let parity = slice & 1;
         self.sync.release[self.tid as usize][parity as usize].wait();
         self.sync.failed.load(Ordering::Relaxed)
     }

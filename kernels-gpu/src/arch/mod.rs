@@ -15,8 +15,23 @@ macro_rules! block_failed_word {
     };
 }
 
+/// The name of the block's shared count of released slices, which producers
+/// poll before each slice (declared like [`block_failed_word`]).
+#[macro_export]
+macro_rules! block_released_word {
+    () => {
+        "ringreduce_block_released"
+    };
+}
+
 /// The PTX module-scope declarations the kernels' inline assembly names.
-pub const SHARED_DECLARATIONS: &str = concat!(".shared .align 4 .u32 ", block_failed_word!(), ";");
+pub const SHARED_DECLARATIONS: &str = concat!(
+    ".shared .align 4 .u32 ",
+    block_failed_word!(),
+    ";\n.shared .align 4 .u32 ",
+    block_released_word!(),
+    ";"
+);
 
 #[cfg(target_arch = "nvptx64")]
 pub use nvptx::{f16_bits_to_f32, f32_to_f16_bits};

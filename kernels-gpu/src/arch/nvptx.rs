@@ -9,28 +9,9 @@ use core::arch::asm;
 #[derive(Clone, Copy, Default)]
 pub struct Gpu<const THREADS: u32>;
 
-/// Producer lanes that one release barrier lets go together: two warps.
-/// Finer groups would need more than the 16 hardware barriers (two per
-/// group, one per parity).
-const GROUP_LANES: u32 = 64;
 /// Barrier ids: 0 is the whole block's; the two "slice done" barriers (one
-/// per parity) follow, then two release barriers per producer group.
+/// per parity) follow.
 const DONE_BARRIER: u32 = 1;
-const RELEASE_BARRIER: u32 = 3;
-
-impl<const THREADS: u32> Gpu<THREADS> {
-    const GROUPS: u32 = {
-        assert!(THREADS % GROUP_LANES == 0, "producers come in whole groups");
-        let g = THREADS / GROUP_LANES;
-        assert!(RELEASE_BARRIER + 2 * g <= 16, "a block has 16 barriers");
-        g
-    };
-
-    #[inline(always)]
-    fn release_id(group: u32, parity: u64) -> u32 {
-        RELEASE_BARRIER + 2 * group + parity as u32
-    }
-}
 
 unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
     #[inline(always)]
@@ -60,26 +41,52 @@ unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
         out != 0
     }
 
-    /// Publishes `failed` in the block's shared word, then `barrier.arrive`
-    /// on each group's release barrier of this parity.
+    /// Publishes `failed`, then the count of released slices, in the
+    /// block's shared words; the release store orders the flag acquire and
+    /// `failed` before the producers' acquire of the count.
     #[inline(always)]
-    fn release(&self, parity: u64, failed: bool) {
+    fn release(&self, slice: u64, failed: bool) {
         unsafe {
             asm!(
                 concat!("st.volatile.shared.u32 [", crate::block_failed_word!(), "], {f};"),
+                concat!("st.release.cta.shared.u32 [", crate::block_released_word!(), "], {n};"),
                 f = in(reg32) failed as u32,
+                n = in(reg32) (slice as u32).wrapping_add(1),
                 options(nostack)
             );
-        }
-        for g in 0..Self::GROUPS {
-            barrier_arrive(Self::release_id(g, parity), GROUP_LANES + 32);
         }
     }
 
     #[inline(always)]
-    fn await_release(&self, parity: u64) -> bool {
-        let g = self.thread_idx() / GROUP_LANES as u64;
-        barrier_sync(Self::release_id(g as u32, parity), GROUP_LANES + 32);
+    fn reset_release(&self) {
+        unsafe {
+            asm!(
+                concat!("st.volatile.shared.u32 [", crate::block_released_word!(), "], 0;"),
+                options(nostack)
+            );
+        }
+    }
+
+    /// Spins on the shared count of released slices (each warp alone, so no
+    /// warp waits for a slower one), then reads `failed`.
+    #[inline(always)]
+    fn await_release(&self, slice: u64) -> bool {
+        let want = slice as u32;
+        loop {
+            let n: u32;
+            unsafe {
+                asm!(
+                    concat!("ld.acquire.cta.shared.u32 {n}, [", crate::block_released_word!(), "];"),
+                    n = out(reg32) n,
+                    options(nostack)
+                );
+            }
+            // The count runs at most two slices ahead of any producer, so a
+            // wrapping difference decides.
+            if (n.wrapping_sub(want) as i32) > 0 {
+                break;
+            }
+        }
         let f: u32;
         unsafe {
             asm!(
