@@ -4,22 +4,26 @@
 //! move data. Lane `THREADS`, alone in its warp, is the control lane: it
 //! makes every flag wait and every signal. For slice `i` the control lane
 //! waits for the slice's flag condition, releases the producers into it
-//! (one release barrier per group of producers, so a group never waits for
-//! the others), then waits until every producer reported slice `i - 1`
-//! done and publishes that slice. So the flag round trips overlap data
-//! movement, and producers drift up to a slice apart instead of meeting at
-//! a block barrier every slice (measured on an H200, k = 4, 2 MiB staging:
-//! 22.1 GB/s with thread 0 polling between slices, 23.9 with one block
-//! barrier per slice, 26.5 with per-group release; `bench/NOTES.md`). The
-//! block handled at each step comes from [`ring::block_for_step`], so the
-//! last step reduces the rank's own block into `recv`.
+//! (it raises a count of released slices in shared memory, which each
+//! producer warp polls on its own, so no producer waits for another), then
+//! waits until every producer reported slice `i - 1` done and publishes that
+//! slice. So the flag round trips overlap data movement, and producers
+//! drift up to a slice apart instead of meeting at a block barrier every
+//! slice (measured on an H200, k = 4, 2 MiB staging, each step against the
+//! one before in the same job: thread 0 polling between slices 22.1 GB/s,
+//! one block barrier per slice 23.9, a release barrier per two warps 26.5,
+//! then with whole-tile slots and GPU-scope flags 28.2, and the polled
+//! count 28.8; `bench/NOTES.md`). The block handled at each step comes from
+//! [`ring::block_for_step`], so the last step reduces the rank's own block
+//! into `recv`.
 //!
 //! Deadlock freedom: the condition for slice `i` is a peer's signal for
 //! its slice `i - 2` (the predecessor's previous step, or the successor's
 //! last step of the previous chunk), which that peer publishes before it
 //! waits for its slice `i`. So no rank ever waits on a later slice of
-//! another. The release and done barriers alternate by slice parity, which
-//! is safe because slice `i` is released only after slice `i - 2` is done.
+//! another. The done barriers alternate by slice parity, which is safe
+//! because slice `i` is released only after slice `i - 2` is done; the
+//! release count only grows within a collective.
 //!
 //! Failure handling: a wait that gives up (abort or timeout) makes the
 //! control lane report the reason and publish a `failed` bit with every
@@ -131,14 +135,24 @@ unsafe fn control_lane<D: Device>(d: &D, a: &KernelArgs) {
 unsafe fn publish<D: Device>(d: &D, a: &KernelArgs, (c, step, sub): (u64, u64, u64)) {
     let k = a.k;
     if !drop_signal(a, c, step) {
-        signal(d, a.scope(), a.next_new_data, Sizing::new_data_value(k, c, step, sub));
+        signal(
+            d,
+            a.scope(),
+            a.next_new_data,
+            Sizing::new_data_value(k, c, step, sub),
+        );
     }
     if step + 1 == k && c + 1 < a.sizing.num_chunks {
-        signal(d, a.scope(), a.prev_chunk_done, Sizing::chunk_done_value(c, sub));
+        signal(
+            d,
+            a.scope(),
+            a.prev_chunk_done,
+            Sizing::chunk_done_value(c, sub),
+        );
     }
 }
 
-/// A producer lane: every slice in order, each once its group is released,
+/// A producer lane: every slice in order, each once it is released,
 /// reporting each done. A released slice is skipped when the control lane
 /// has given up.
 #[inline(always)]

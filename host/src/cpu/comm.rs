@@ -193,7 +193,10 @@ impl CpuCommunicator {
                 }
             });
         }
-        let control = self.inner.state.control(self.inner.abort.as_ptr() as u64, false);
+        let control = self
+            .inner
+            .state
+            .control(self.inner.abort.as_ptr() as u64, false);
         let plan = plan_reduce_scatter(
             &self.inner.state.ring,
             &self.wiring(),

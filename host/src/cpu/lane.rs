@@ -1,6 +1,7 @@
 //! The CPU execution's [`Device`]: one OS thread per lane, barriers with an
 //! OR-reduction or a non-waiting arrival, and flags as atomics. Each
-//! producer lane is its own release group.
+//! producer lane has its own release barrier per parity, as each GPU warp
+//! polls the release count on its own.
 
 use ringreduce_kernels::{Device, Scope};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};

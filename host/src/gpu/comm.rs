@@ -454,7 +454,9 @@ impl Communicator {
             dtype,
             self.inner.state.config.buffer_bytes,
             GPU_THREADS,
-            self.inner.state.control(self.inner.host.device, self.spans_devices()),
+            self.inner
+                .state
+                .control(self.inner.host.device, self.spans_devices()),
         )?;
         let mut last = self.inner.launch.lock().unwrap_or_else(|e| e.into_inner());
         match plan {

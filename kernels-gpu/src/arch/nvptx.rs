@@ -1,6 +1,6 @@
 //! The one module with inline PTX: thread index, barriers with a predicate
-//! reduction, volatile and acquire flag accesses, the system fence, L2 prefetch, the global
-//! timer and half-precision conversions.
+//! reduction, the shared release count, volatile and acquire flag accesses,
+//! fences, L2 prefetch, the global timer and half-precision conversions.
 
 use crate::device::{Device, Scope};
 use core::arch::asm;
@@ -61,7 +61,11 @@ unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
     fn reset_release(&self) {
         unsafe {
             asm!(
-                concat!("st.volatile.shared.u32 [", crate::block_released_word!(), "], 0;"),
+                concat!(
+                    "st.volatile.shared.u32 [",
+                    crate::block_released_word!(),
+                    "], 0;"
+                ),
                 options(nostack)
             );
         }
@@ -146,8 +150,12 @@ unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
     unsafe fn load_acquire(&self, p: *const u64, scope: Scope) -> u64 {
         let v: u64;
         match scope {
-            Scope::Gpu => asm!("ld.acquire.gpu.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p, options(nostack)),
-            Scope::Sys => asm!("ld.acquire.sys.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p, options(nostack)),
+            Scope::Gpu => {
+                asm!("ld.acquire.gpu.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p, options(nostack))
+            }
+            Scope::Sys => {
+                asm!("ld.acquire.sys.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p, options(nostack))
+            }
         }
         v
     }
