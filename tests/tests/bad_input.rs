@@ -289,3 +289,26 @@ fn plan_pads_only_when_a_residue_needs_it() {
         .collect();
     assert_eq!(stride(&shifted), 7 * 32768 + 16);
 }
+
+/// The flag scope travels to every rank's arguments: system scope only when
+/// the communicator says its ranks span devices.
+#[test]
+fn plan_carries_the_flag_scope() {
+    use ringreduce::kernels::Scope;
+    let ring = RingOrder::identity(3);
+    let w = [RankWiring::default(); 3];
+    let s = spans(3, 1000, 4);
+    for system_scope in [false, true] {
+        let control = Control {
+            system_scope,
+            ..Control::default()
+        };
+        match plan_reduce_scatter(&ring, &w, &s, DataType::F32, 1 << 21, 4, control).unwrap() {
+            ringreduce::planner::Plan::Launch { args, .. } => {
+                let want = if system_scope { Scope::Sys } else { Scope::Gpu };
+                assert!(args.iter().all(|a| a.scope() == want));
+            }
+            p => panic!("expected a launch, got {p:?}"),
+        }
+    }
+}
