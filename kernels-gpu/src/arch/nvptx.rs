@@ -5,6 +5,26 @@
 use crate::device::{Device, Scope};
 use core::arch::asm;
 
+/// A 32-bit access `$op` to the block's shared word named by the macro
+/// `$word` (see `arch::SHARED_DECLARATIONS`).
+macro_rules! load_shared {
+    ($op:literal, $word:ident) => {{
+        let v: u32;
+        unsafe {
+            asm!(concat!($op, " {v}, [", crate::$word!(), "];"), v = out(reg32) v, options(nostack))
+        };
+        v
+    }};
+}
+
+macro_rules! store_shared {
+    ($op:literal, $word:ident, $v:expr) => {
+        unsafe {
+            asm!(concat!($op, " [", crate::$word!(), "], {v};"), v = in(reg32) $v, options(nostack))
+        }
+    };
+}
+
 /// A GPU block running the kernel; `THREADS` producers plus the control lane.
 #[derive(Clone, Copy, Default)]
 pub struct Gpu<const THREADS: u32>;
@@ -46,29 +66,17 @@ unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
     /// `failed` before the producers' acquire of the count.
     #[inline(always)]
     fn release(&self, slice: u64, failed: bool) {
-        unsafe {
-            asm!(
-                concat!("st.volatile.shared.u32 [", crate::block_failed_word!(), "], {f};"),
-                concat!("st.release.cta.shared.u32 [", crate::block_released_word!(), "], {n};"),
-                f = in(reg32) failed as u32,
-                n = in(reg32) (slice as u32).wrapping_add(1),
-                options(nostack)
-            );
-        }
+        store_shared!("st.volatile.shared.u32", block_failed_word, failed as u32);
+        store_shared!(
+            "st.release.cta.shared.u32",
+            block_released_word,
+            (slice as u32).wrapping_add(1)
+        );
     }
 
     #[inline(always)]
     fn reset_release(&self) {
-        unsafe {
-            asm!(
-                concat!(
-                    "st.volatile.shared.u32 [",
-                    crate::block_released_word!(),
-                    "], 0;"
-                ),
-                options(nostack)
-            );
-        }
+        store_shared!("st.volatile.shared.u32", block_released_word, 0u32);
     }
 
     /// Spins on the shared count of released slices (each warp alone, so no
@@ -76,30 +84,13 @@ unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
     #[inline(always)]
     fn await_release(&self, slice: u64) -> bool {
         let want = slice as u32;
-        loop {
-            let n: u32;
-            unsafe {
-                asm!(
-                    concat!("ld.acquire.cta.shared.u32 {n}, [", crate::block_released_word!(), "];"),
-                    n = out(reg32) n,
-                    options(nostack)
-                );
-            }
-            // The count runs at most two slices ahead of any producer, so a
-            // wrapping difference decides.
-            if (n.wrapping_sub(want) as i32) > 0 {
-                break;
-            }
-        }
-        let f: u32;
-        unsafe {
-            asm!(
-                concat!("ld.volatile.shared.u32 {f}, [", crate::block_failed_word!(), "];"),
-                f = out(reg32) f,
-                options(nostack)
-            );
-        }
-        f != 0
+        // The count runs at most two slices ahead of any producer, so a
+        // wrapping difference decides.
+        while (load_shared!("ld.acquire.cta.shared.u32", block_released_word).wrapping_sub(want)
+            as i32)
+            <= 0
+        {}
+        load_shared!("ld.volatile.shared.u32", block_failed_word) != 0
     }
 
     #[inline(always)]
