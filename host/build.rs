@@ -2,6 +2,7 @@
 //! the PTX linker of that nested build (see `ringreduce_build`).
 
 use ringreduce_build::{build_ptx, PtxBuild, ARCH_ENV, DEFAULT_ARCH, LINKER_ENV};
+use ringreduce_kernels::plan::BLOCK_THREADS;
 use std::path::PathBuf;
 
 /// Use a prebuilt PTX file instead of building one (for toolchains without
@@ -51,27 +52,19 @@ fn main() {
     let text = std::fs::read_to_string(&ptx).expect("read PTX");
     std::fs::write(
         out_dir.join("kernels.ptx"),
-        with_module_additions(&text, MAX_THREADS),
+        with_module_additions(&text, BLOCK_THREADS),
     )
     .expect("write PTX into OUT_DIR");
 }
 
-/// Threads per block of every kernel: 256 producers and the control lane.
-const MAX_THREADS: u32 = 257;
-
 /// Adds what Rust cannot express: the module-scope shared declarations the
 /// kernels' inline assembly names (`ringreduce_kernels::arch`), and launch
-/// bounds on every entry, what CUDA C++ writes as
-/// `__launch_bounds__(257, 1)` (NCCL 1.x bounds its kernels the same way);
-/// Rust has no attribute for them.
+/// bounds on every entry, what CUDA C++ writes as `__launch_bounds__(n, 1)`.
 /// - `.maxntid`: without it ptxas may give a kernel more registers than a
-///   257-thread block can have (the 1- and 2-byte types, whose packs hold 16
-///   or 8 lanes), and such a kernel cannot launch at all.
+///   block of `n` threads can have, and such a kernel cannot launch at all.
 /// - `.minnctapersm 1`: one block per SM is all a rank ever has, so ptxas
-///   need not save registers for a second one. Without it, ptxas reused the
-///   registers of a round's first loads for its last ones, so only part of
-///   a round was in flight: measured on an H200, the single-block reduce
-///   went from 26.4 to 38.9 GB/s with it (`bench/NOTES.md`).
+///   need not save registers for a second one and can keep a whole unrolled
+///   round of loads in flight (`bench/NOTES.md`).
 fn with_module_additions(ptx: &str, n: u32) -> String {
     let mut out = String::with_capacity(ptx.len() + 4096);
     let mut in_entry_params = false;

@@ -8,8 +8,8 @@ use std::time::Duration;
 pub const TIMEOUT_ENV: &str = "RINGREDUCE_TIMEOUT_SECS";
 
 /// The prefetch distance when neither the config nor [`PREFETCH_ENV`] sets
-/// one: off. Once the kernels had launch bounds (all of a round's loads in
-/// flight), prefetching measured 5-12% slower at k = 4 on an H200.
+/// one: off, because with all of a round's loads already in flight the
+/// prefetches only add traffic (`bench/NOTES.md`).
 pub const DEFAULT_PREFETCH_ROUNDS: u8 = 0;
 
 /// Overrides [`CommConfig::prefetch_rounds`] when the config leaves it unset.
@@ -46,10 +46,8 @@ pub struct CommConfig {
     /// How many unrolled rounds (of `8 × 256 × 16` bytes) ahead each
     /// producer thread prefetches its own input into L2. `None` takes
     /// [`PREFETCH_ENV`] or else [`DEFAULT_PREFETCH_ROUNDS`]; 0 turns it off.
-    /// It paid (a fifth more k = 4 busbw on an H200) only while ptxas kept
-    /// part of each round's loads waiting for registers; with the launch
-    /// bounds it costs, so it is off by default. The bench's `--prefetch`
-    /// shows the effect on other GPUs.
+    /// A knob rather than a constant so that the bench's `--prefetch` can
+    /// show its effect on other GPUs.
     pub prefetch_rounds: Option<u8>,
 }
 

@@ -1,6 +1,7 @@
 //! The embedded PTX holds every kernel and calls nothing it does not define.
 
 use ringreduce::gpu::module::{all_kernel_names, PTX};
+use ringreduce::kernels::plan::BLOCK_THREADS;
 
 #[test]
 fn every_kernel_entry_is_present() {
@@ -34,6 +35,7 @@ fn targets_the_requested_architecture() {
 fn every_entry_has_launch_bounds() {
     let entries = PTX.matches(".entry ").count();
     assert!(entries > 0);
-    assert_eq!(PTX.matches(".maxntid 257, 1, 1").count(), entries);
+    let bound = format!(".maxntid {BLOCK_THREADS}, 1, 1");
+    assert_eq!(PTX.matches(bound.as_str()).count(), entries);
     assert_eq!(PTX.matches(".minnctapersm 1\n").count(), entries);
 }

@@ -9,11 +9,8 @@
 //! waits until every producer reported slice `i - 1` done and publishes that
 //! slice. So the flag round trips overlap data movement, and producers
 //! drift up to a slice apart instead of meeting at a block barrier every
-//! slice (measured on an H200, k = 4, 2 MiB staging, each step against the
-//! one before in the same job: thread 0 polling between slices 22.1 GB/s,
-//! one block barrier per slice 23.9, a release barrier per two warps 26.5,
-//! then with whole-tile slots and GPU-scope flags 28.2, and the polled
-//! count 28.8; `bench/NOTES.md`). The block handled at each step comes from
+//! slice, which was the largest per-slice cost (`bench/NOTES.md`). The
+//! block handled at each step comes from
 //! [`ring::block_for_step`], so the last step reduces the rank's own block
 //! into `recv`.
 //!

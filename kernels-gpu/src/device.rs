@@ -2,8 +2,7 @@
 
 /// How far a flag store or acquire must reach. Ranks that share one GPU
 /// need only its L2 ([`Scope::Gpu`]); a peer on another GPU or the host needs
-/// [`Scope::Sys`]. On the H200 the GPU scope measured 0.6% more busbw at
-/// k=4 and 3.8% at k=8 with virtual ranks, because the control lane's
+/// [`Scope::Sys`]. The narrower scope is cheaper because the control lane's
 /// fence before each signal is on the path that releases the producers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope {
@@ -66,7 +65,7 @@ pub unsafe trait Device {
     /// A load with acquire semantics at `scope` (`ld.acquire.gpu/.sys`): the
     /// flag poll itself orders the data reads after it. A full fence there
     /// would first wait for every store the polling thread still has in
-    /// flight, on the producers' critical path (measured: 15% of busbw).
+    /// flight, on the producers' critical path.
     ///
     /// # Safety
     /// `p` must be valid and 8-byte aligned.

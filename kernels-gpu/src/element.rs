@@ -149,8 +149,8 @@ macro_rules! int_element {
 
 // The average's division happens in the narrowest type that holds every
 // value and every rank count (k < 2^31): the GPU has no divide instruction,
-// and a 64-bit software division per byte lane made int8 `avg` ten times
-// slower than `sum` on an H200.
+// and a 64-bit software division per byte lane is far slower than a 32-bit
+// one.
 int_element!(i8, I8, 16, i32);
 int_element!(u8, U8, 16, u32);
 int_element!(i32, I32, 4, i32);

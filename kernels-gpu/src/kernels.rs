@@ -6,7 +6,7 @@ use crate::arch::nvptx::{block_idx, grid_dim, trap, Gpu};
 use crate::args::KernelArgs;
 use crate::device::{Device, Scope};
 use crate::op::{Avg, Max, Min, Prod, Sum};
-use crate::plan::GPU_THREADS;
+use crate::plan::{BLOCK_THREADS, GPU_THREADS};
 use crate::primitives::{transfer, COPY, REDUCE};
 use half::{bf16, f16};
 
@@ -80,7 +80,7 @@ pub unsafe extern "ptx-kernel" fn ringreduce_copy_block(dst: u64, src: u64, n: u
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn ringreduce_copy_grid(dst: u64, src: u64, n: u64) {
     let g = Block::default();
-    let threads = GPU_THREADS + 1;
+    let threads = BLOCK_THREADS as u64;
     let lane = block_idx() * threads + g.thread_idx();
     let stride = grid_dim() * threads;
     let packs = n / 2;

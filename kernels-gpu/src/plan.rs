@@ -11,8 +11,12 @@ pub const UNROLL: u64 = 8;
 /// single load or store a thread can issue.
 pub const PACK_BYTES: u64 = 16;
 /// Producer threads per rank on the GPU (the block has one more: the
-/// signalling thread).
+/// control lane).
 pub const GPU_THREADS: u64 = 256;
+/// Threads per block of every kernel: the producers and the control lane.
+/// The launches, the launch bounds `build.rs` writes and the bench's
+/// ceilings all use this one figure.
+pub const BLOCK_THREADS: u32 = GPU_THREADS as u32 + 1;
 /// Producer threads per rank in the CPU execution: small, so that each lane
 /// can be an OS thread, but more than one so that the striding and the
 /// barriers are exercised.

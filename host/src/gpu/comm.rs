@@ -1,5 +1,5 @@
 //! The GPU communicator: per-rank staging buffers, flags and slots in device
-//! memory, and one 257-thread block launched per rank per collective.
+//! memory, and one block of `BLOCK_THREADS` launched per rank per collective.
 
 use super::driver::{
     enable_peer_access, open_device, p2p_link, pointer_device, within_allocation, DeviceAlloc,
@@ -15,7 +15,7 @@ use crate::state::CommState;
 use crate::topology::{check_ring, ring_from_topology};
 use cudarc::driver::{result, sys, CudaContext, CudaStream, CudaView, CudaViewMut};
 use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceSlice};
-use ringreduce_kernels::plan::{GPU_THREADS, NUM_SUBCHUNKS};
+use ringreduce_kernels::plan::{BLOCK_THREADS, GPU_THREADS};
 use ringreduce_kernels::{DataType, KernelArgs, Op, StatusRecord};
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap};
@@ -89,7 +89,7 @@ struct Inner {
 /// Co-residency of the `k` blocks: every collective launches one block per
 /// rank, each on that rank's own stream, exactly as one block per GPU would
 /// be launched on several GPUs. The blocks must all run at once; the
-/// communicator checks at creation that `k` blocks of 257 threads fit on the
+/// communicator checks at creation that `k` blocks of `BLOCK_THREADS` fit on the
 /// device (occupancy times multiprocessors, and at most 128 resident
 /// kernels) and refuses streams that would serialise the launches (two
 /// ranks on one stream, or the legacy default stream). A cooperative launch
@@ -508,7 +508,7 @@ impl Communicator {
             result::launch_kernel(
                 f.cu_function(),
                 (1, 1, 1),
-                (GPU_THREADS as u32 + 1, 1, 1),
+                (BLOCK_THREADS, 1, 1),
                 0,
                 stream.cu_stream(),
                 &mut params,
@@ -556,11 +556,6 @@ impl Communicator {
     pub fn rank_errors(&self) -> Vec<Option<Error>> {
         self.inner.state.rank_errors(&self.status_records())
     }
-
-    /// Bytes of staging per slot, for reports.
-    pub fn staging_slots(&self) -> u64 {
-        self.k() as u64 * NUM_SUBCHUNKS
-    }
 }
 
 impl Drop for Communicator {
@@ -589,7 +584,7 @@ fn hand_over(last: &mut Option<Arc<CudaStream>>, next: &Arc<CudaStream>) -> Resu
 fn check_residency(ctx: &Arc<CudaContext>, kernels: &Kernels, k: usize) -> Result<()> {
     let sms =
         ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
-    let threads = GPU_THREADS as usize + 1;
+    let threads = BLOCK_THREADS as usize;
     let mut per_sm = usize::MAX;
     for f in kernels.all() {
         // SAFETY: valid function handle.
