@@ -105,6 +105,34 @@ pub fn expected<T: Pattern>(op: Op, k: usize, j: usize) -> T {
     }
 }
 
+/// An environment setting of the soaks, or `default` when unset or unreadable.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// The ring sizes a soak runs: `RINGREDUCE_SOAK_KS` (comma separated), or
+/// `default`; `gpu-suite` runs one size per part.
+pub fn soak_ks(default: &[usize]) -> Vec<usize> {
+    std::env::var("RINGREDUCE_SOAK_KS")
+        .ok()
+        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| default.to_vec())
+}
+
+/// A ring order for a soak of `k` ranks that is not the identity where one
+/// exists: stride 3 when that is a permutation, else reversed.
+pub fn soak_ring(k: usize) -> Vec<u32> {
+    let order: Vec<u32> = (0..k as u32).map(|i| (i * 3 + 1) % k as u32).collect();
+    if ringreduce::RingOrder::new(&order).is_ok() {
+        order
+    } else {
+        (0..k as u32).rev().collect()
+    }
+}
+
 /// The threads the host work of a soak is spread over.
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())

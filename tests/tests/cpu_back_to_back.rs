@@ -4,6 +4,7 @@
 use ringreduce::{CommConfig, DataType, Op};
 use ringreduce_tests::backend::{Backend, Pending, Spec};
 use ringreduce_tests::data::{inputs, Rng};
+use ringreduce_tests::soak::{env_or, soak_ks, soak_ring};
 use ringreduce_tests::{with_type, CpuBackend};
 
 #[test]
@@ -41,33 +42,38 @@ fn two_hundred_back_to_back() {
     println!("200 back-to-back collectives, {elements} elements, 0 wrong");
 }
 
-/// The small soak of the CPU suite: 300 collectives of random types, ops,
-/// counts (0 to 2^14) and placements, checked at checkpoints every 50.
+/// The soak on the CPU execution: `RINGREDUCE_SOAK_OPS` (default 300)
+/// collectives of random types, ops, counts (0 to 2^14) and placements per
+/// ring size in `RINGREDUCE_SOAK_KS` (default 3), checked every 50.
 #[test]
-fn soak_300_with_checkpoints() {
-    let k = 3;
-    let b = CpuBackend::new(k, CommConfig::default().ring_order(vec![1, 2, 0])).unwrap();
-    let mut rng = Rng(300);
-    let mut pending: Vec<Box<dyn Pending + '_>> = Vec::new();
-    let (mut wrong, mut checkpoints) = (0, 0);
-    for i in 0..300u64 {
-        let dtype = DataType::ALL[rng.below(10) as usize];
-        let op = Op::ALL[rng.below(5) as usize];
-        let n = (1usize << rng.below(15)) - 1 + rng.below(3) as usize;
-        let in_place = rng.below(2) == 0;
-        let so: Vec<usize> = (0..k).map(|_| rng.below(4) as usize).collect();
-        let ro: Vec<usize> = (0..k).map(|_| rng.below(4) as usize).collect();
-        pending.push(with_type!(dtype, T => {
-            b.submit(Spec::<T> { inputs: inputs::<T>(i, k, k * n), n, op, in_place, send_off: so, recv_off: ro }, i).unwrap()
-        }));
-        if (i + 1) % 50 == 0 {
-            b.sync().unwrap();
-            for p in pending.drain(..) {
-                wrong += p.wrong().unwrap();
+fn cpu_soak() {
+    let ops: u64 = env_or("RINGREDUCE_SOAK_OPS", 300);
+    for k in soak_ks(&[3]) {
+        let b = CpuBackend::new(k, CommConfig::default().ring_order(soak_ring(k))).unwrap();
+        let mut rng = Rng(300 + k as u64);
+        let mut pending: Vec<Box<dyn Pending + '_>> = Vec::new();
+        let (mut wrong, mut checkpoints, mut elements) = (0, 0, 0);
+        for i in 0..ops {
+            let dtype = DataType::ALL[rng.below(10) as usize];
+            let op = Op::ALL[rng.below(5) as usize];
+            let n = (1usize << rng.below(15)) - 1 + rng.below(3) as usize;
+            let in_place = rng.below(2) == 0;
+            let so: Vec<usize> = (0..k).map(|_| rng.below(4) as usize).collect();
+            let ro: Vec<usize> = (0..k).map(|_| rng.below(4) as usize).collect();
+            elements += k * n;
+            pending.push(with_type!(dtype, T => {
+                b.submit(Spec::<T> { inputs: inputs::<T>(i, k, k * n), n, op, in_place, send_off: so, recv_off: ro }, i).unwrap()
+            }));
+            if (i + 1) % 50 == 0 || i + 1 == ops {
+                b.sync().unwrap();
+                for p in pending.drain(..) {
+                    wrong += p.wrong().unwrap();
+                }
+                checkpoints += 1;
             }
-            checkpoints += 1;
         }
+        println!("cpu soak k={k}: {ops} collectives, {elements} elements, {checkpoints} checkpoints, {wrong} wrong");
+        assert_eq!(checkpoints, ops.div_ceil(50));
+        assert_eq!(wrong, 0);
     }
-    assert_eq!(checkpoints, 6);
-    assert_eq!(wrong, 0);
 }

@@ -7,7 +7,7 @@ use ringreduce::{
     RawBuffers, RsBuffers,
 };
 use ringreduce_tests::cases::{Case, Offsets};
-use ringreduce_tests::soak::soak;
+use ringreduce_tests::soak::{env_or, soak, soak_ks, soak_ring};
 use ringreduce_tests::{gpu_comm, gpu_or_skip, run_case, GpuBackend};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -378,26 +378,10 @@ fn gpu_soak() {
     let Some(dev) = gpu_or_skip("gpu_soak") else {
         return;
     };
-    let ops: usize = std::env::var("RINGREDUCE_SOAK_OPS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10_000);
-    let max_count: usize = std::env::var("RINGREDUCE_SOAK_MAX_COUNT")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1 << 22);
-    // RINGREDUCE_SOAK_KS=8 runs one size alone (one soak per device call).
-    let ks: Vec<usize> = std::env::var("RINGREDUCE_SOAK_KS")
-        .ok()
-        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![4, 8]);
-    for k in ks {
-        let order: Vec<u32> = (0..k as u32).map(|i| (i * 3 + 1) % k as u32).collect();
-        let ring = if ringreduce::RingOrder::new(&order).is_ok() {
-            order
-        } else {
-            (0..k as u32).rev().collect()
-        };
+    let ops: usize = env_or("RINGREDUCE_SOAK_OPS", 10_000);
+    let max_count: usize = env_or("RINGREDUCE_SOAK_MAX_COUNT", 1 << 22);
+    for k in soak_ks(&[4, 8]) {
+        let ring = soak_ring(k);
         let comm = gpu_comm(dev, k, CommConfig::default().ring_order(ring)).unwrap();
         let sets: Vec<Vec<Arc<CudaStream>>> = (0..3).map(|_| comm.new_streams().unwrap()).collect();
         let t0 = Instant::now();

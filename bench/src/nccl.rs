@@ -7,10 +7,10 @@
 //! bench with that directory on `LD_LIBRARY_PATH` (the loader reads the
 //! variable only at start-up).
 
-use super::cli::BenchArgs;
-use super::exact::FromSmall;
-use super::report::{Perf, Row};
-use super::run::{perf, with_elem, Point};
+use crate::cli::BenchArgs;
+use crate::exact::FromSmall;
+use crate::report::{Perf, Row};
+use crate::run::{perf, with_elem, Point};
 use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
 use cudarc::nccl::{result as nresult, sys as nsys};
 use ringreduce::{DataType, Op, RsElement};
@@ -172,7 +172,7 @@ fn point<T: RsElement + FromSmall>(
     let mut recv: Vec<CudaSlice<T>> = Vec::new();
     for (u, s) in streams.iter().enumerate() {
         send.push(
-            s.clone_htod(&super::exact::fill::<T>(p.op, k, u, (n * k).max(1), 7))
+            s.clone_htod(&crate::exact::fill::<T>(p.op, k, u, (n * k).max(1), 7))
                 .map_err(e)?,
         );
         recv.push(s.alloc_zeros::<T>(n.max(1)).map_err(e)?);

@@ -1,7 +1,7 @@
 //! The nccl-tests table: the same columns, widths and definitions, so our
 //! output pastes beside theirs and reads the same way.
 
-use super::report::{Ceilings, Perf, Report, Row};
+use crate::report::{Ceilings, Perf, Report, Row};
 use std::fmt::Write;
 
 /// nccl-tests' time format: fewer decimals as the time grows.

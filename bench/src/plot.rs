@@ -2,7 +2,7 @@
 //! the ceilings as horizontal lines. The font is embedded (DejaVu Sans via
 //! plotters' ab_glyph backend), so no system fonts are needed.
 
-use super::report::Report;
+use crate::report::Report;
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 use std::path::Path;

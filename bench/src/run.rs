@@ -1,15 +1,15 @@
 //! Running a sweep: on the GPU with virtual ranks, or on the CPU execution
 //! when there is no GPU (or `--cpu`).
 
-use super::ceilings;
-use super::cli::BenchArgs;
-use super::exact::{fill, FromSmall};
-use super::metrics::{algbw, busbw, Collective};
-use super::nccl;
-use super::plot;
-use super::report::{now_iso, Perf, Report, Row, SCHEMA_VERSION};
-use super::sizes::sweep;
-use super::table;
+use crate::ceilings;
+use crate::cli::BenchArgs;
+use crate::exact::{fill, FromSmall};
+use crate::metrics::{algbw, busbw, Collective};
+use crate::nccl;
+use crate::plot;
+use crate::report::{now_iso, Perf, Report, Row, SCHEMA_VERSION};
+use crate::sizes::sweep;
+use crate::table;
 use cudarc::driver::{sys, CudaSlice, CudaStream};
 use indicatif::{ProgressBar, ProgressStyle};
 use ringreduce::{

@@ -1,7 +1,7 @@
 //! The bench's command line, mirroring nccl-tests where they overlap.
 
-use super::metrics::Collective;
-use super::sizes::parse_size;
+use crate::metrics::Collective;
+use crate::sizes::parse_size;
 use clap::Parser;
 use ringreduce::{DataType, Op};
 use std::path::PathBuf;

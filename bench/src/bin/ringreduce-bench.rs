@@ -2,7 +2,7 @@
 //! toolchain (`cargo xtask bundle <dir>` copies it out).
 
 use clap::Parser;
-use xtask::bench::{nccl, run, BenchArgs};
+use ringreduce_bench::{nccl, run, BenchArgs};
 
 fn main() {
     let argv: Vec<String> = std::env::args().collect();

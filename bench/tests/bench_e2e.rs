@@ -1,7 +1,7 @@
 //! The bench runner end to end on the CPU execution, and its JSON schema.
 
+use ringreduce_bench::report::{Report, SCHEMA_VERSION};
 use std::process::Command;
-use xtask::bench::report::{Report, SCHEMA_VERSION};
 
 fn tmp(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("ringreduce-bench-{}-{name}", std::process::id()))
@@ -94,7 +94,7 @@ fn bad_arguments_fail_cleanly() {
 /// (bump SCHEMA_VERSION and update this list).
 #[test]
 fn json_schema_is_stable() {
-    let text = include_str!("../../bench/schema_v1_keys.txt");
+    let text = include_str!("../schema_v1_keys.txt");
     let want: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
     let r = Report {
         schema: SCHEMA_VERSION,
@@ -114,27 +114,27 @@ fn json_schema_is_stable() {
         ring_order: vec![0, 1],
         devices: vec![0, 0],
         prefetch_rounds: 0,
-        ceilings: Some(xtask::bench::report::Ceilings {
+        ceilings: Some(ringreduce_bench::report::Ceilings {
             device_copy_gbps: 1.0,
             block_copy_gbps: 1.0,
             block_reduce_gbps: 1.0,
             pingpong_rtt_us: 1.0,
             copy_bytes: 1,
         }),
-        rows: vec![xtask::bench::report::Row {
+        rows: vec![ringreduce_bench::report::Row {
             size: 8,
             count: 1,
             dtype: "float".into(),
             op: "sum".into(),
             root: -1,
-            out_of_place: xtask::bench::report::Perf {
+            out_of_place: ringreduce_bench::report::Perf {
                 time_us: 1.0,
                 algbw: 1.0,
                 busbw: 1.0,
                 wrong: Some(0),
                 busbw_vs_ceiling: None,
             },
-            in_place: xtask::bench::report::Perf {
+            in_place: ringreduce_bench::report::Perf {
                 time_us: 1.0,
                 algbw: 1.0,
                 busbw: 1.0,

@@ -1,14 +1,14 @@
 //! The ceilings a sweep is judged against, measured on the same device in
 //! the same process before it starts.
 
-use super::report::Ceilings;
+use crate::report::Ceilings;
 use cudarc::driver::{
     sys, CudaContext, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
 };
 use ringreduce::gpu::module::{
     module_for, COPY_BLOCK_KERNEL, COPY_GRID_KERNEL, PINGPONG_KERNEL, REDUCE_BLOCK_KERNEL,
 };
-use ringreduce::kernels::plan::GPU_THREADS;
+use ringreduce::kernels::plan::BLOCK_THREADS;
 use std::sync::Arc;
 
 const TIMING: Option<sys::CUevent_flags> = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
@@ -52,7 +52,7 @@ pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> ringreduce::Result<Ce
     let (sp, _g1) = src.device_ptr(&stream);
     let (dp, _g2) = dst.device_ptr_mut(&stream);
     let n = words as u64;
-    let threads = GPU_THREADS as u32 + 1;
+    let threads = BLOCK_THREADS;
 
     let sms =
         ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;

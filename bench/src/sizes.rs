@@ -60,6 +60,16 @@ pub fn sweep(min: u64, max: u64, factor: u64, increment: Option<u64>) -> Result<
     Ok(v)
 }
 
+/// `bytes` with the largest binary suffix that divides it: `256M`, `8`, `1G`.
+pub fn human(bytes: u64) -> String {
+    for (shift, suffix) in [(30, "G"), (20, "M"), (10, "K")] {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
+            return format!("{}{suffix}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,5 +98,13 @@ mod tests {
         assert!(sweep(8, 9, 1, None).is_err());
         assert!(sweep(8, 9, 2, Some(0)).is_err());
         assert_eq!(sweep(u64::MAX / 2, u64::MAX, 4, None).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn human_sizes_parse_back() {
+        for b in [8u64, 1000, 4096, 256 << 20, 1 << 30, 3 << 10] {
+            assert_eq!(parse_size(&human(b)).unwrap(), b);
+        }
+        assert_eq!(human(256 << 20), "256M");
     }
 }

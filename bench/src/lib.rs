@@ -1,0 +1,18 @@
+//! The tools that run on a GPU host: the bench (nccl-tests-style sweeps of
+//! our collectives, with the ceilings they are judged against measured in
+//! the same process), the evidence suite and same-job A/B comparison.
+
+pub mod ceilings;
+pub mod cli;
+pub mod compare;
+pub mod exact;
+pub mod metrics;
+pub mod nccl;
+pub mod plot;
+pub mod report;
+pub mod run;
+pub mod sizes;
+pub mod suite;
+pub mod table;
+
+pub use cli::BenchArgs;

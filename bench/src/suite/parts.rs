@@ -1,0 +1,459 @@
+//! The parts of the suite: what each runs on a GPU host, what it runs on the
+//! CPU execution (`--cpu`), and how its log becomes a status and a figure.
+
+use super::exec::{run_logged, Ended};
+use super::figures::{sanitizer_errors, skips, sum_before, tally};
+use super::{Outcome, Status};
+use crate::report::Report;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// Where the suite finds its binaries and puts its files.
+pub struct Ctx {
+    /// Run on the CPU execution at small sizes.
+    pub cpu: bool,
+    /// The bundle: `ringreduce-bench` and `tests/<name>`.
+    pub bin_dir: PathBuf,
+    pub out: PathBuf,
+}
+
+impl Ctx {
+    fn test_bin(&self, name: &str) -> PathBuf {
+        self.bin_dir.join("tests").join(name)
+    }
+    fn log(&self, name: &str) -> PathBuf {
+        self.out.join(format!("{name}.log"))
+    }
+}
+
+/// One test binary run: the binary's name in the bundle, its arguments and
+/// environment.
+struct TestRun {
+    bin: &'static str,
+    args: &'static [&'static str],
+    env: Vec<(&'static str, String)>,
+}
+
+fn run(bin: &'static str, args: &'static [&'static str]) -> TestRun {
+    TestRun {
+        bin,
+        args,
+        env: vec![],
+    }
+}
+
+enum Job {
+    /// The correctness suite: the collective matrix, small staging buffers,
+    /// large counts, back-to-back collectives.
+    Tests,
+    /// Missing rank, abort, lost signal, poisoned inputs, bad input.
+    Faults,
+    /// compute-sanitizer's memcheck, racecheck and synccheck.
+    Sanitize,
+    /// Thousands of mixed collectives on `k` ranks with no host sync.
+    Soak(usize),
+    /// A bench sweep: common flags, then the GPU or the CPU sizes.
+    Sweep {
+        common: &'static str,
+        gpu: &'static str,
+        cpu: &'static str,
+    },
+}
+
+/// A named part of the suite.
+pub struct Part {
+    pub name: &'static str,
+    pub about: &'static str,
+    /// Rough wall time on an H200, and on the CPU execution, in seconds:
+    /// with `--budget`, a part that would not fit is left out, not killed.
+    pub est_s: (u64, u64),
+    /// Hard limit even without a budget, so that no hang outlives a part.
+    pub cap_s: u64,
+    job: Job,
+}
+
+/// Every part, most important first (a budget cuts from the end).
+pub fn all() -> Vec<Part> {
+    let sweep = |name, about, common, gpu, cpu, est| Part {
+        name,
+        about,
+        est_s: (est, 5),
+        cap_s: 600,
+        job: Job::Sweep { common, gpu, cpu },
+    };
+    vec![
+        Part {
+            name: "tests",
+            about: "the collective matrix (k = 1..8, every type and op, offsets, ring orders), small staging buffers, large counts, 1000 back-to-back collectives",
+            est_s: (200, 20),
+            cap_s: 900,
+            job: Job::Tests,
+        },
+        Part {
+            name: "faults",
+            about: "missing rank (timeout), abort from another thread, lost signal (fault injection), NaN/Inf/-0 inputs against the CPU execution, every bad input",
+            est_s: (25, 5),
+            cap_s: 300,
+            job: Job::Faults,
+        },
+        Part {
+            name: "sanitize",
+            about: "compute-sanitizer memcheck, racecheck and synccheck on a small workload (30 collectives); skipped on the CPU execution",
+            est_s: (60, 1),
+            cap_s: 600,
+            job: Job::Sanitize,
+        },
+        sweep(
+            "bench-rs-k4-256M",
+            "the headline: reduce-scatter, k = 4, f32 sum, 256 MiB per rank, 2 MiB staging",
+            "-g 4 -d float -o sum --buffsize 2M",
+            "-b 256M -e 256M -n 10 -w 3",
+            "-b 64K -e 64K -n 2 -w 1",
+            20,
+        ),
+        sweep(
+            "bench-rs-k2-256M",
+            "reduce-scatter, k = 2, f32 sum, 256 MiB per rank",
+            "-g 2 -d float -o sum --buffsize 2M",
+            "-b 256M -e 256M -n 10 -w 3",
+            "-b 64K -e 64K -n 2 -w 1",
+            15,
+        ),
+        sweep(
+            "bench-rs-k8-256M",
+            "reduce-scatter, k = 8, f32 sum, 256 MiB per rank",
+            "-g 8 -d float -o sum --buffsize 2M",
+            "-b 256M -e 256M -n 10 -w 3",
+            "-b 64K -e 64K -n 2 -w 1",
+            25,
+        ),
+        Part {
+            name: "soak-k4",
+            about: "10,000 mixed reduce-scatters (types, ops, counts to 2^22, in place, 3 stream sets) at k = 4, checked every 500; 300 at small counts on the CPU execution",
+            est_s: (50, 5),
+            cap_s: 900,
+            job: Job::Soak(4),
+        },
+        sweep(
+            "bench-rs-k4-8B-1G",
+            "reduce-scatter size sweep, k = 4, f32 sum, 8 B to 1 GiB per rank, factor 4",
+            "-g 4 -d float -o sum -f 4",
+            "-b 8 -e 1G -n 10 -w 3",
+            "-b 8 -e 512K -n 2 -w 1",
+            120,
+        ),
+        sweep(
+            "bench-rs-k4-all-64M",
+            "every type and op, k = 4, 64 MiB per rank",
+            "-g 4 -d all -o all",
+            "-b 64M -e 64M -n 3 -w 1",
+            "-b 4K -e 4K -n 1 -w 1",
+            90,
+        ),
+        Part {
+            name: "soak-k8",
+            about: "the soak at k = 8",
+            est_s: (170, 5),
+            cap_s: 900,
+            job: Job::Soak(8),
+        },
+    ]
+}
+
+impl Part {
+    pub fn est(&self, cpu: bool) -> u64 {
+        if cpu {
+            self.est_s.1
+        } else {
+            self.est_s.0
+        }
+    }
+
+    /// Runs the part within `limit` and judges it.
+    pub fn run(&self, ctx: &Ctx, limit: Duration) -> Outcome {
+        let (status, figure, logs) = match &self.job {
+            Job::Tests => self.tests(ctx, limit, tests_runs(ctx.cpu)),
+            Job::Faults => self.tests(ctx, limit, faults_runs(ctx.cpu)),
+            Job::Soak(k) => self.tests(ctx, limit, soak_runs(ctx.cpu, *k)),
+            Job::Sanitize => sanitize(ctx, limit),
+            Job::Sweep { common, gpu, cpu } => {
+                self.sweep(ctx, limit, common, if ctx.cpu { cpu } else { gpu })
+            }
+        };
+        Outcome {
+            part: self.name.to_string(),
+            status,
+            figure,
+            wall_s: 0.0,
+            logs,
+        }
+    }
+
+    fn tests(
+        &self,
+        ctx: &Ctx,
+        limit: Duration,
+        runs: Vec<TestRun>,
+    ) -> (Status, String, Vec<String>) {
+        let log = ctx.log(self.name);
+        let mut left = limit;
+        let mut ended = Vec::new();
+        for r in runs {
+            let mut c = Command::new(ctx.test_bin(r.bin));
+            c.args(r.args).envs(r.env.iter().map(|(k, v)| (k, v)));
+            let (e, took) = run_logged(c, &log, left);
+            left = left.saturating_sub(took);
+            let stop = !matches!(e, Ended::Exited(_));
+            ended.push(e);
+            if stop {
+                break;
+            }
+        }
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let (s, f) = judge_tests(&ended, &text);
+        (s, f, vec![file_name(&log)])
+    }
+
+    fn sweep(
+        &self,
+        ctx: &Ctx,
+        limit: Duration,
+        common: &str,
+        sizes: &str,
+    ) -> (Status, String, Vec<String>) {
+        let log = ctx.log(self.name);
+        let json = ctx.out.join(format!("{}.json", self.name));
+        let png = ctx.out.join(format!("{}.png", self.name));
+        let mut c = Command::new(ctx.bin_dir.join("ringreduce-bench"));
+        c.args(common.split_whitespace())
+            .args(sizes.split_whitespace())
+            .arg("-J")
+            .arg(&json)
+            .arg("--plot")
+            .arg(&png);
+        if ctx.cpu {
+            c.arg("--cpu");
+        }
+        let (e, _) = run_logged(c, &log, limit);
+        let files = vec![file_name(&log), file_name(&json), file_name(&png)];
+        let report = std::fs::read_to_string(&json)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Report>(&t).ok());
+        let (s, f) = judge_sweep(&e, report.as_ref(), ctx.cpu);
+        (s, f, files)
+    }
+}
+
+fn tests_runs(cpu: bool) -> Vec<TestRun> {
+    if cpu {
+        vec![
+            run("cpu_matrix", &["--nocapture"]),
+            run("cpu_back_to_back", &["--nocapture", "--skip", "cpu_soak"]),
+        ]
+    } else {
+        vec![run("gpu", &["--nocapture", "--test-threads=4"])]
+    }
+}
+
+fn faults_runs(cpu: bool) -> Vec<TestRun> {
+    if cpu {
+        vec![
+            run("faults", &["--nocapture", "--test-threads=1"]),
+            run("bad_input", &["--nocapture"]),
+        ]
+    } else {
+        vec![run(
+            "gpu_faults",
+            &[
+                "--nocapture",
+                "--test-threads=1",
+                "--skip",
+                "gpu_soak",
+                "--skip",
+                "gpu_sanitize",
+            ],
+        )]
+    }
+}
+
+fn soak_runs(cpu: bool, k: usize) -> Vec<TestRun> {
+    let mut r = if cpu {
+        run("cpu_back_to_back", &["cpu_soak", "--exact", "--nocapture"])
+    } else {
+        run("gpu_faults", &["gpu_soak", "--exact", "--nocapture"])
+    };
+    r.env.push(("RINGREDUCE_SOAK_KS", k.to_string()));
+    vec![r]
+}
+
+/// compute-sanitizer: on PATH, else where the CUDA toolkit puts it.
+fn sanitizer() -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("compute-sanitizer"))
+            .find(|f| f.is_file())
+    });
+    on_path.or_else(|| {
+        let f = PathBuf::from("/usr/local/cuda/bin/compute-sanitizer");
+        f.is_file().then_some(f)
+    })
+}
+
+fn sanitize(ctx: &Ctx, limit: Duration) -> (Status, String, Vec<String>) {
+    if ctx.cpu {
+        return (
+            Status::Skipped,
+            "compute-sanitizer checks GPU kernels; the CPU execution has none".into(),
+            vec![],
+        );
+    }
+    let Some(tool) = sanitizer() else {
+        return (
+            Status::Skipped,
+            "compute-sanitizer not found (PATH, /usr/local/cuda/bin)".into(),
+            vec![],
+        );
+    };
+    let mut left = limit;
+    let mut figures = Vec::new();
+    let mut logs = Vec::new();
+    let mut status = Status::Pass;
+    for t in ["memcheck", "racecheck", "synccheck"] {
+        let log = ctx.log(&format!("sanitize-{t}"));
+        let mut c = Command::new(&tool);
+        c.args(["--tool", t, "--print-limit", "20"])
+            .arg(ctx.test_bin("gpu_faults"))
+            .args(["gpu_sanitize_small", "--exact", "--nocapture"]);
+        let (e, took) = run_logged(c, &log, left);
+        left = left.saturating_sub(took);
+        logs.push(file_name(&log));
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let (s, f) = judge_tests(std::slice::from_ref(&e), &text);
+        let errors = sanitizer_errors(&text);
+        let s = match (s, errors) {
+            (Status::Pass, Some(0)) => Status::Pass,
+            (Status::Pass, _) => Status::Fail,
+            (s, _) => s,
+        };
+        figures.push(match errors {
+            Some(n) => format!("{t} {n}"),
+            None => format!("{t} ? ({f})"),
+        });
+        status = status.worse(s);
+        if matches!(s, Status::TimedOut | Status::Skipped) {
+            if s == Status::Skipped {
+                figures = vec![f];
+            }
+            break;
+        }
+    }
+    let figure = if status == Status::Skipped {
+        figures.join("; ")
+    } else {
+        format!("{} errors", figures.join(", "))
+    };
+    (status, figure, logs)
+}
+
+/// A test part's status: failed, timed out, skipped (every test said it
+/// skipped, as GPU tests do without a GPU), or passed; and its figure.
+pub fn judge_tests(ended: &[Ended], log: &str) -> (Status, String) {
+    if let Some(Ended::NotStarted(why)) = ended.iter().find(|e| matches!(e, Ended::NotStarted(_))) {
+        return (Status::Fail, format!("not started: {why}"));
+    }
+    if ended.iter().any(|e| matches!(e, Ended::TimedOut)) {
+        return (Status::TimedOut, "killed at its time limit".into());
+    }
+    let t = tally(log);
+    let collectives = sum_before(log, " collectives");
+    let wrong = sum_before(log, " wrong");
+    if t.failed > 0 || !ended.iter().all(Ended::success) || wrong > 0 {
+        return (
+            Status::Fail,
+            format!(
+                "{} of {} failed, {wrong} wrong",
+                t.failed,
+                t.passed + t.failed
+            ),
+        );
+    }
+    if t.binaries == 0 || t.passed == 0 {
+        return (Status::Fail, "no test ran".into());
+    }
+    let skipped = skips(log);
+    if skipped.len() as u64 >= t.passed {
+        let why = skipped[0].split(": skipped: ").nth(1).unwrap_or("");
+        return (Status::Skipped, format!("skipped: {why}"));
+    }
+    let mut f = format!("{} passed", t.passed);
+    if collectives > 0 {
+        f += &format!("; {collectives} collectives checked, 0 wrong");
+    }
+    if !skipped.is_empty() {
+        f += &format!("; {} skipped", skipped.len());
+    }
+    (Status::Pass, f)
+}
+
+/// A sweep's status and figure: busbw (and its ratio to the single-block
+/// copy) at the largest size, or the row count for multi-type sweeps.
+pub fn judge_sweep(ended: &Ended, report: Option<&Report>, cpu: bool) -> (Status, String) {
+    match ended {
+        Ended::NotStarted(why) => return (Status::Fail, format!("not started: {why}")),
+        Ended::TimedOut => return (Status::TimedOut, "killed at its time limit".into()),
+        Ended::Exited(s) if !s.success() => {
+            return (Status::Fail, format!("the bench exited with {s}"))
+        }
+        Ended::Exited(_) => {}
+    }
+    let Some(r) = report else {
+        return (Status::Fail, "no JSON report".into());
+    };
+    if !cpu && r.execution != "gpu" {
+        return (
+            Status::Skipped,
+            "skipped: no GPU (the bench ran on the CPU execution)".into(),
+        );
+    }
+    let wrong: u64 = r
+        .rows
+        .iter()
+        .flat_map(|row| [&row.out_of_place, &row.in_place])
+        .map(|p| p.wrong.unwrap_or(0))
+        .sum::<u64>()
+        + r.out_of_bounds;
+    if wrong > 0 {
+        return (Status::Fail, format!("{wrong} wrong values"));
+    }
+    let Some(last) = r.rows.iter().max_by_key(|row| row.size) else {
+        return (Status::Fail, "no rows".into());
+    };
+    let types = r.rows.iter().filter(|row| row.size == last.size).count();
+    let f = if types > 1 {
+        format!(
+            "{} rows, 0 wrong; avg busbw {:.2} GB/s",
+            r.rows.len(),
+            r.avg_busbw
+        )
+    } else {
+        let p = &last.out_of_place;
+        let ratio = p
+            .busbw_vs_ceiling
+            .map(|v| format!(" = {v:.3} x single-block copy"))
+            .unwrap_or_default();
+        format!(
+            "busbw {:.2} GB/s{ratio} at {}; {} rows, 0 wrong",
+            p.busbw,
+            crate::sizes::human(last.size),
+            r.rows.len()
+        )
+    };
+    (Status::Pass, f)
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}

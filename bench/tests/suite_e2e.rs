@@ -1,0 +1,193 @@
+//! `gpu-suite` and `ringreduce-compare` end to end on the CPU execution:
+//! part selection, skips, the budget, missing binaries and the summary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ringreduce-suite-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A bundle folder holding only the bench (no test binaries).
+fn bench_only_bundle(name: &str) -> PathBuf {
+    let d = tmp(name);
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_ringreduce-bench"),
+        d.join("ringreduce-bench"),
+    )
+    .unwrap();
+    d
+}
+
+fn suite(bin_dir: &Path, out: &Path, args: &[&str]) -> (Output, serde_json::Value) {
+    let o = Command::new(env!("CARGO_BIN_EXE_gpu-suite"))
+        .arg("--cpu")
+        .arg("--bin-dir")
+        .arg(bin_dir)
+        .arg("--out")
+        .arg(out)
+        .args(args)
+        .output()
+        .unwrap();
+    let summary = std::fs::read_to_string(out.join("summary.json"))
+        .map(|t| serde_json::from_str(&t).unwrap())
+        .unwrap_or(serde_json::Value::Null);
+    (o, summary)
+}
+
+fn statuses(s: &serde_json::Value) -> Vec<(String, String)> {
+    s["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["part"].as_str().unwrap().to_string(),
+                p["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_sweep_passes_and_the_sanitizer_skips_on_the_cpu() {
+    let bins = bench_only_bundle("bins");
+    let out = tmp("out");
+    let (o, s) = suite(&bins, &out, &["--only", "sanitize,bench-rs-k4-256M"]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{stdout}");
+    assert_eq!(
+        statuses(&s),
+        [
+            ("sanitize".to_string(), "skipped".to_string()),
+            ("bench-rs-k4-256M".to_string(), "pass".to_string())
+        ]
+    );
+    assert_eq!(s["execution"], "cpu");
+    for f in [
+        "bench-rs-k4-256M.json",
+        "bench-rs-k4-256M.png",
+        "summary.md",
+    ] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    assert!(
+        stdout.contains("| bench-rs-k4-256M | pass | busbw "),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn missing_test_binaries_fail_the_suite() {
+    let out = tmp("missing");
+    let (o, s) = suite(&bench_only_bundle("nobins"), &out, &["--only", "tests"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(statuses(&s), [("tests".to_string(), "fail".to_string())]);
+    assert!(s["parts"][0]["figure"]
+        .as_str()
+        .unwrap()
+        .contains("not started"));
+}
+
+#[test]
+fn a_spent_budget_runs_nothing_and_says_so() {
+    let out = tmp("budget");
+    let (o, s) = suite(
+        &bench_only_bundle("budget-bins"),
+        &out,
+        &["--budget", "0", "--skip", "soak"],
+    );
+    assert!(o.status.success());
+    let st = statuses(&s);
+    assert_eq!(st.len(), 8);
+    assert!(st.iter().all(|(_, s)| s == "not-run"), "{st:?}");
+    assert_eq!(s["budget_s"], 0);
+}
+
+#[test]
+fn unknown_parts_are_refused() {
+    let out = tmp("unknown");
+    let (o, _) = suite(
+        &bench_only_bundle("unknown-bins"),
+        &out,
+        &["--only", "everything"],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no part is named"));
+}
+
+#[test]
+fn help_documents_every_part() {
+    let o = Command::new(env!("CARGO_BIN_EXE_gpu-suite"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let h = String::from_utf8_lossy(&o.stdout);
+    for p in [
+        "tests",
+        "faults",
+        "sanitize",
+        "soak-k4",
+        "soak-k8",
+        "bench-rs-k4-8B-1G",
+        "--budget",
+        "--only",
+    ] {
+        assert!(h.contains(p), "{p} missing from --help:\n{h}");
+    }
+}
+
+#[test]
+fn compare_runs_the_base_first_and_last() {
+    let bench = env!("CARGO_BIN_EXE_ringreduce-bench");
+    let json = tmp("compare").join("c.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_ringreduce-compare"))
+        .args([
+            "--cpu", "--size", "4K", "--ks", "2,3", "--rounds", "2", "--iters", "1", "--warmup",
+            "0",
+        ])
+        .arg(format!("base={bench}"))
+        .arg(format!("same={bench}"))
+        .arg("-J")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = doc["runs"].as_array().unwrap();
+    // Per k: base, same, base, same, base.
+    assert_eq!(runs.len(), 10);
+    let order: Vec<&str> = runs[..5]
+        .iter()
+        .map(|r| r["build"].as_str().unwrap())
+        .collect();
+    assert_eq!(order, ["base", "same", "base", "same", "base"]);
+    let lines = doc["lines"].as_array().unwrap();
+    assert_eq!(lines.len(), 4);
+    assert_eq!(lines[0]["runs"], 3);
+    assert!((lines[0]["vs_base"].as_f64().unwrap() - 1.0).abs() < 1e-12);
+    assert!(stdout.contains("| base spread |"));
+}
+
+#[test]
+fn compare_refuses_a_missing_build() {
+    let o = Command::new(env!("CARGO_BIN_EXE_ringreduce-compare"))
+        .args([
+            "--cpu",
+            env!("CARGO_BIN_EXE_ringreduce-bench"),
+            "/nonexistent/bench",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no bench binary"));
+}

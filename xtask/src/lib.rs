@@ -1,3 +1,0 @@
-//! Build helpers and the bench runner of ringreduce.
-
-pub mod bench;
