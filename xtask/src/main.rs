@@ -220,7 +220,14 @@ fn bundle_variant(root: &Path, dir: &Path, rev: &str, name: Option<&str>) {
     };
     // One target folder for every variant, so dependencies build once.
     let target = target_dir(root).join("variants-target");
-    let bins = build_tools(&src, &target, Profile::Release);
+    // By binary name, not package: older revisions kept it in `xtask`.
+    check(
+        Command::new(cargo())
+            .current_dir(&src)
+            .env("CARGO_TARGET_DIR", &target)
+            .args(["build", "--release", "--bin", "ringreduce-bench"]),
+    );
+    let bins = target.join("release");
     let out = dir.join("var").join(&name);
     std::fs::create_dir_all(&out).unwrap_or_else(|e| fail(format!("{}: {e}", out.display())));
     copy(
