@@ -273,3 +273,26 @@ impl Backend for GpuBackend {
         self.comm.synchronize()
     }
 }
+
+/// Submits collective `i`: a random type, op, count (`count` draws it) and
+/// placement (in place or not, element offsets 0..4), all from `rng`, so
+/// that back-to-back tests and soaks share one generator. Returns the
+/// pending check and the elements each rank sends.
+pub fn submit_random<'a, B: Backend>(
+    b: &'a B,
+    rng: &mut Rng,
+    i: u64,
+    count: impl FnOnce(&mut Rng) -> usize,
+) -> Result<(Box<dyn Pending + 'a>, usize)> {
+    let k = b.k();
+    let dtype = ringreduce::DataType::ALL[rng.below(10) as usize];
+    let op = Op::ALL[rng.below(5) as usize];
+    let n = count(rng);
+    let in_place = rng.below(2) == 0;
+    let send_off: Vec<usize> = (0..k).map(|_| rng.below(4) as usize).collect();
+    let recv_off: Vec<usize> = (0..k).map(|_| rng.below(4) as usize).collect();
+    let p = crate::with_type!(dtype, T => {
+        b.submit(Spec::<T> { inputs: crate::data::inputs::<T>(i, k, k * n), n, op, in_place, send_off, recv_off }, i)?
+    });
+    Ok((p, k * n))
+}

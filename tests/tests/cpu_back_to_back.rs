@@ -1,11 +1,11 @@
 //! Many collectives queued on one CPU communicator with no synchronisation
 //! between them: the pointer handshake must keep them apart.
 
-use ringreduce::{CommConfig, DataType, Op};
-use ringreduce_tests::backend::{Backend, Pending, Spec};
-use ringreduce_tests::data::{inputs, Rng};
+use ringreduce::CommConfig;
+use ringreduce_tests::backend::{submit_random, Backend, Pending};
+use ringreduce_tests::data::Rng;
 use ringreduce_tests::soak::{env_or, soak_ks, soak_ring};
-use ringreduce_tests::{with_type, CpuBackend};
+use ringreduce_tests::CpuBackend;
 
 #[test]
 fn two_hundred_back_to_back() {
@@ -16,21 +16,16 @@ fn two_hundred_back_to_back() {
     let mut pending: Vec<Box<dyn Pending + '_>> = Vec::new();
     let mut elements = 0;
     for i in 0..200u64 {
-        let dtype = DataType::ALL[rng.below(10) as usize];
-        let op = Op::ALL[rng.below(5) as usize];
-        let n = match rng.below(4) {
-            0 => rng.below(16),
-            1 => rng.below(600),
-            2 => rng.below(5000),
-            _ => 20_000 + rng.below(20_000),
-        } as usize;
-        let in_place = rng.below(2) == 0;
-        let so: Vec<usize> = (0..k).map(|_| rng.below(4) as usize).collect();
-        let ro: Vec<usize> = (0..k).map(|_| rng.below(4) as usize).collect();
-        elements += k * n;
-        let p = with_type!(dtype, T => {
-            b.submit(Spec::<T> { inputs: inputs::<T>(i, k, k * n), n, op, in_place, send_off: so, recv_off: ro }, i).unwrap()
-        });
+        let (p, sent) = submit_random(&b, &mut rng, i, |rng| {
+            (match rng.below(4) {
+                0 => rng.below(16),
+                1 => rng.below(600),
+                2 => rng.below(5000),
+                _ => 20_000 + rng.below(20_000),
+            }) as usize
+        })
+        .unwrap();
+        elements += sent;
         pending.push(p);
     }
     b.sync().unwrap();
@@ -54,16 +49,12 @@ fn cpu_soak() {
         let mut pending: Vec<Box<dyn Pending + '_>> = Vec::new();
         let (mut wrong, mut checkpoints, mut elements) = (0, 0, 0);
         for i in 0..ops {
-            let dtype = DataType::ALL[rng.below(10) as usize];
-            let op = Op::ALL[rng.below(5) as usize];
-            let n = (1usize << rng.below(15)) - 1 + rng.below(3) as usize;
-            let in_place = rng.below(2) == 0;
-            let so: Vec<usize> = (0..k).map(|_| rng.below(4) as usize).collect();
-            let ro: Vec<usize> = (0..k).map(|_| rng.below(4) as usize).collect();
-            elements += k * n;
-            pending.push(with_type!(dtype, T => {
-                b.submit(Spec::<T> { inputs: inputs::<T>(i, k, k * n), n, op, in_place, send_off: so, recv_off: ro }, i).unwrap()
-            }));
+            let (p, sent) = submit_random(&b, &mut rng, i, |rng| {
+                (1usize << rng.below(15)) - 1 + rng.below(3) as usize
+            })
+            .unwrap();
+            elements += sent;
+            pending.push(p);
             if (i + 1) % 50 == 0 || i + 1 == ops {
                 b.sync().unwrap();
                 for p in pending.drain(..) {

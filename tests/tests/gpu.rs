@@ -3,10 +3,10 @@
 
 use ringreduce::kernels::plan::{GPU_THREADS, PACK_BYTES, UNROLL};
 use ringreduce::{CommConfig, DataType, Op};
-use ringreduce_tests::backend::{Backend, Pending, Spec};
+use ringreduce_tests::backend::{submit_random, Backend, Pending};
 use ringreduce_tests::cases::{matrix, Case, Offsets, COUNTS};
-use ringreduce_tests::data::{inputs, Rng};
-use ringreduce_tests::{gpu_or_skip, run_case, shuffled, with_type, GpuBackend};
+use ringreduce_tests::data::Rng;
+use ringreduce_tests::{gpu_or_skip, run_case, shuffled, GpuBackend};
 
 fn run_all(b: &GpuBackend, cases: &[Case]) -> (usize, usize) {
     let mut elements = 0;
@@ -132,21 +132,17 @@ fn gpu_back_to_back_1000() {
         let mut pending: Vec<Box<dyn Pending + '_>> = Vec::new();
         let mut elements = 0;
         for i in 0..1000u64 {
-            let dtype = DataType::ALL[rng.below(10) as usize];
-            let op = Op::ALL[rng.below(5) as usize];
-            let n = match rng.below(4) {
-                0 => rng.below(16),
-                1 => rng.below(5000),
-                2 => rng.below(70_000),
-                _ => 100_000 + rng.below(200_000),
-            } as usize;
-            let in_place = rng.below(2) == 0;
-            let so: Vec<usize> = (0..k).map(|_| rng.below(4) as usize).collect();
-            let ro: Vec<usize> = (0..k).map(|_| rng.below(4) as usize).collect();
-            elements += k * n;
-            pending.push(with_type!(dtype, T => {
-                b.submit(Spec::<T> { inputs: inputs::<T>(i, k, k * n), n, op, in_place, send_off: so, recv_off: ro }, i).unwrap()
-            }));
+            let (p, sent) = submit_random(&b, &mut rng, i, |rng| {
+                (match rng.below(4) {
+                    0 => rng.below(16),
+                    1 => rng.below(5000),
+                    2 => rng.below(70_000),
+                    _ => 100_000 + rng.below(200_000),
+                }) as usize
+            })
+            .unwrap();
+            elements += sent;
+            pending.push(p);
             // Bound host memory: check in batches, still with no sync
             // between the collectives of a batch.
             if pending.len() == 250 {
