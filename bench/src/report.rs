@@ -39,10 +39,10 @@ pub struct Row {
 pub struct Ceilings {
     /// Every multiprocessor copying: the device's copy bandwidth, GB/s.
     pub device_copy_gbps: f64,
-    /// One block of 257 threads with the reduce-scatter's copy loop: the
+    /// One block of `BLOCK_THREADS` with the reduce-scatter's copy loop: the
     /// ceiling of one-block mode, GB/s.
     pub block_copy_gbps: f64,
-    /// One block of 257 threads with the reduce-scatter's reduce loop (two
+    /// One block of `BLOCK_THREADS` with the reduce-scatter's reduce loop (two
     /// inputs, one output, `f32` sum), counting output bytes: the ceiling of
     /// a middle ring step, GB/s.
     pub block_reduce_gbps: f64,

@@ -81,10 +81,14 @@ pub fn ceilings(c: &Ceilings) -> String {
     format!(
         "# Ceilings (same process, before the sweep; copy GB/s count bytes copied once):\n\
          #   device-wide copy     : {:9.2} GB/s\n\
-         #   single-block copy    : {:9.2} GB/s  (one block of 257 threads: the one-block ceiling)\n\
+         #   single-block copy    : {:9.2} GB/s  (one block of {} threads: the one-block ceiling)\n\
          #   single-block reduce  : {:9.2} GB/s  (two inputs, one output; output bytes)\n\
          #   flag ping-pong (RTT) : {:9.2} us\n",
-        c.device_copy_gbps, c.block_copy_gbps, c.block_reduce_gbps, c.pingpong_rtt_us
+        c.device_copy_gbps,
+        c.block_copy_gbps,
+        ringreduce::kernels::plan::BLOCK_THREADS,
+        c.block_reduce_gbps,
+        c.pingpong_rtt_us
     )
 }
 

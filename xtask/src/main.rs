@@ -270,16 +270,22 @@ fn cmd_bundle(root: &Path, mut args: Vec<String>) {
 
 /// The suite and compare run from a bundle in `target/`, as on a GPU host.
 fn run_bundled(root: &Path, bin: &str, args: Vec<String>) -> ! {
-    let wants_help = args.iter().any(|a| a == "--help" || a == "-h");
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        // Help needs no bundle: the debug build of the one binary will do.
+        exec(
+            Command::new(cargo())
+                .current_dir(root)
+                .args(["run", "-p", "ringreduce-bench", "--bin", bin, "--"])
+                .args(args),
+        )
+    }
     let profile = if args.iter().any(|a| a == "--cpu") {
         Profile::Dev
     } else {
         Profile::Release
     };
     let dir = target_dir(root).join(format!("bundle-{}", profile.dir()));
-    if !(wants_help && dir.join(bin).is_file()) {
-        bundle(root, &dir, profile);
-    }
+    bundle(root, &dir, profile);
     exec(Command::new(dir.join(bin)).args(args))
 }
 
