@@ -1,21 +1,26 @@
 //! Builds the kernels to PTX and embeds them. The same executable is also
 //! the PTX linker of that nested build (see `ringreduce_build`).
 
-use ringreduce_build::{build_ptx, PtxBuild, ARCH_ENV, DEFAULT_ARCH, LINKER_ENV};
+use ringreduce_build::{build_ptx, PtxBuild, ARCH_ENV, DEFAULT_ARCH, LINKER_ENV, PREBUILT_ENV};
 use ringreduce_kernels::plan::BLOCK_THREADS;
 use std::path::PathBuf;
 
-/// Use a prebuilt PTX file instead of building one (for toolchains without
-/// the nvptx pieces).
-const PREBUILT_ENV: &str = "RINGREDUCE_PTX_FILE";
+/// Ends the build script with `msg` on cargo's error output: a clear
+/// message rather than a panic's backtrace.
+fn fail(msg: impl std::fmt::Display) -> ! {
+    eprintln!("error: ringreduce: {msg}");
+    std::process::exit(1)
+}
 
 fn main() {
     if std::env::var_os(LINKER_ENV).is_some() {
         ringreduce_build::link_main();
     }
-    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
-    let kernels = manifest.join("../kernels-gpu");
-    let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    // The kernel source comes with the `ringreduce-kernels` build dependency,
+    // so a packaged `ringreduce` finds it in the registry as in the workspace.
+    let kernels = PathBuf::from(ringreduce_kernels::MANIFEST_DIR);
+    let out_dir =
+        PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_else(|| fail("OUT_DIR is not set")));
     println!("cargo:rerun-if-changed={}", kernels.join("src").display());
     println!(
         "cargo:rerun-if-changed={}",
@@ -42,19 +47,23 @@ fn main() {
             features,
             arch,
             target_dir,
-            linker: std::env::current_exe().expect("build script path"),
+            linker: std::env::current_exe()
+                .unwrap_or_else(|e| fail(format!("the build script's own path: {e}"))),
         };
-        match build_ptx(&req) {
-            Ok(p) => p,
-            Err(e) => panic!("{e}"),
-        }
+        build_ptx(&req).unwrap_or_else(|e| fail(e))
     };
-    let text = std::fs::read_to_string(&ptx).expect("read PTX");
+    let text = std::fs::read_to_string(&ptx)
+        .unwrap_or_else(|e| fail(format!("reading {}: {e}", ptx.display())));
     std::fs::write(
         out_dir.join("kernels.ptx"),
         with_module_additions(&text, BLOCK_THREADS),
     )
-    .expect("write PTX into OUT_DIR");
+    .unwrap_or_else(|e| {
+        fail(format!(
+            "writing kernels.ptx into {}: {e}",
+            out_dir.display()
+        ))
+    });
 }
 
 /// Adds what Rust cannot express: the module-scope shared declarations the

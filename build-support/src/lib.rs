@@ -9,8 +9,11 @@
 
 mod linker;
 mod nested;
+mod toolchain;
 
 pub use linker::{link_main, parse_link_args, LinkArgs, LinkError};
 pub use nested::{
     build_ptx, shared_target_dir, PtxBuild, PtxBuildError, ARCH_ENV, DEFAULT_ARCH, LINKER_ENV,
+    PREBUILT_ENV,
 };
+pub use toolchain::{KERNEL_COMPONENTS, KERNEL_TOOLCHAIN};

@@ -5,6 +5,8 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::toolchain::{ensure_toolchain, find_rustup, KERNEL_COMPONENTS, KERNEL_TOOLCHAIN};
+
 /// Set in the nested build's environment; the host build script checks it
 /// first and, when set, behaves as the PTX linker.
 pub const LINKER_ENV: &str = "RINGREDUCE_PTX_LINKER";
@@ -15,6 +17,10 @@ pub const ARCH_ENV: &str = "RINGREDUCE_PTX_ARCH";
 pub const DEFAULT_ARCH: &str = "sm_70";
 
 const TARGET: &str = "nvptx64-nvidia-cuda";
+
+/// A prebuilt PTX file to embed instead of building one (for machines
+/// without rustup, or to try an edited PTX).
+pub const PREBUILT_ENV: &str = "RINGREDUCE_PTX_FILE";
 
 /// One PTX build request.
 #[derive(Debug, Clone)]
@@ -37,6 +43,8 @@ pub struct PtxBuild {
 
 #[derive(Debug)]
 pub enum PtxBuildError {
+    /// The pinned toolchain is missing and could not be installed.
+    Toolchain(String),
     Spawn(std::io::Error),
     Failed(String),
     Missing(PathBuf),
@@ -45,12 +53,23 @@ pub enum PtxBuildError {
 impl std::fmt::Display for PtxBuildError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            PtxBuildError::Spawn(e) => write!(f, "could not start the nested cargo build: {e}"),
+            PtxBuildError::Toolchain(s) => write!(
+                f,
+                "the kernels need the toolchain {KERNEL_TOOLCHAIN} with {}: {s}. Without rustup, \
+                 set {PREBUILT_ENV} to a prebuilt kernels.ptx",
+                KERNEL_COMPONENTS.join(" and ")
+            ),
+            PtxBuildError::Spawn(e) => write!(
+                f,
+                "could not start the nested cargo build: {e}. Without cargo or rustup, set \
+                 {PREBUILT_ENV} to a prebuilt kernels.ptx"
+            ),
             PtxBuildError::Failed(s) => write!(
                 f,
-                "building the kernels for {TARGET} failed ({s}). The kernels need the \
-                 pinned nightly from rust-toolchain.toml with the rust-src and llvm-tools \
-                 components"
+                "building the kernels for {TARGET} failed ({s}). They need the toolchain \
+                 {KERNEL_TOOLCHAIN} with {}; without rustup, set {PREBUILT_ENV} to a prebuilt \
+                 kernels.ptx",
+                KERNEL_COMPONENTS.join(" and ")
             ),
             PtxBuildError::Missing(p) => {
                 write!(f, "the nested build wrote no PTX at {}", p.display())
@@ -96,12 +115,27 @@ const SCRUB: &[&str] = &[
     "LLVM_PROFILE_FILE",
     "CARGO_BUILD_RUSTC_WRAPPER",
     "RUSTDOCFLAGS",
+    // The outer toolchain's own tools: the nested build runs the pinned one.
+    "RUSTC",
+    "RUSTDOC",
+    "RUSTC_LINKER",
+    "RUSTUP_TOOLCHAIN",
+    "CARGO",
 ];
 
 /// Runs the nested build and returns the path of the PTX it wrote.
 pub fn build_ptx(b: &PtxBuild) -> Result<PathBuf, PtxBuildError> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
-    let mut cmd = Command::new(cargo);
+    // The pinned toolchain through rustup where there is one, whatever
+    // channel builds the dependent crate; else whatever cargo this is.
+    let mut cmd = match find_rustup() {
+        Some(rustup) => {
+            ensure_toolchain(&rustup).map_err(PtxBuildError::Toolchain)?;
+            let mut c = Command::new(rustup);
+            c.args(["run", KERNEL_TOOLCHAIN, "cargo"]);
+            c
+        }
+        None => Command::new(std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"))),
+    };
     cmd.arg("rustc")
         .arg("--manifest-path")
         .arg(b.kernel_crate.join("Cargo.toml"))

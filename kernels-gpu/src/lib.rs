@@ -14,6 +14,10 @@
     feature(abi_ptx, stdarch_nvptx, asm_experimental_arch)
 )]
 
+/// Where this crate's source is: the host build script builds the kernels
+/// from here, in the workspace and from a registry alike.
+pub const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
+
 pub mod algorithm;
 pub mod arch;
 pub mod args;
