@@ -18,19 +18,45 @@ pub fn shuffled(k: usize) -> Vec<u32> {
     v
 }
 
-/// The GPU to test on, or `None` after printing why the GPU tests skip.
-pub fn gpu_or_skip(test: &str) -> Option<usize> {
+/// The GPU to test on, or why there is none.
+pub fn gpu_device() -> Result<usize, String> {
     match ringreduce::gpu::device_count() {
-        Ok(n) if n > 0 => Some(0),
-        Ok(_) => {
-            println!("{test}: skipped: the CUDA driver reports no device");
-            None
-        }
-        Err(e) => {
-            println!("{test}: skipped: {e}");
-            None
-        }
+        Ok(n) if n > 0 => Ok(0),
+        Ok(_) => Err("the CUDA driver reports no device".into()),
+        Err(e) => Err(e.to_string()),
     }
+}
+
+/// A GPU test: it gets the device to run on.
+pub type GpuTest = (&'static str, fn(usize));
+
+/// The harness of the GPU test binaries. With a GPU every test runs; without
+/// one each is reported as *ignored* and the reason is printed, so that the
+/// summary never counts an unrun GPU test as passed. Asked to run ignored
+/// tests anyway, they fail with that reason.
+pub fn run_gpu_tests(tests: &[GpuTest]) -> std::process::ExitCode {
+    let args = libtest_mimic::Arguments::from_args();
+    let dev = gpu_device();
+    if let Err(why) = &dev {
+        println!("GPU tests: skipped: {why}");
+    }
+    let trials = tests
+        .iter()
+        .map(|&(name, test)| match &dev {
+            Ok(d) => {
+                let d = *d;
+                libtest_mimic::Trial::test(name, move || {
+                    test(d);
+                    Ok(())
+                })
+            }
+            Err(why) => {
+                let why = format!("no GPU: {why}");
+                libtest_mimic::Trial::test(name, move || Err(why.into())).with_ignored_flag(true)
+            }
+        })
+        .collect();
+    libtest_mimic::run(&args, trials).exit_code()
 }
 
 /// Where the GPU tests put `k` ranks, starting at device `first`: one rank

@@ -1,12 +1,12 @@
-//! The reduce-scatter on the GPU with virtual ranks. Each test prints a skip
-//! line and returns when no GPU is present.
+//! The reduce-scatter on the GPU with virtual ranks. Without a GPU the
+//! harness reports every test as ignored, with the reason.
 
 use ringreduce::kernels::plan::{GPU_THREADS, PACK_BYTES, UNROLL};
 use ringreduce::{CommConfig, DataType, Op};
 use ringreduce_tests::backend::{submit_random, Backend, Pending};
 use ringreduce_tests::cases::{matrix, Case, Offsets, COUNTS};
 use ringreduce_tests::data::Rng;
-use ringreduce_tests::{gpu_or_skip, run_case, shuffled, GpuBackend};
+use ringreduce_tests::{run_case, run_gpu_tests, shuffled, GpuBackend};
 
 fn run_all(b: &GpuBackend, cases: &[Case]) -> (usize, usize) {
     let mut elements = 0;
@@ -24,11 +24,7 @@ fn run_all(b: &GpuBackend, cases: &[Case]) -> (usize, usize) {
     (cases.len(), elements)
 }
 
-#[test]
-fn gpu_matrix() {
-    let Some(dev) = gpu_or_skip("gpu_matrix") else {
-        return;
-    };
+fn gpu_matrix(dev: usize) {
     let mut total = (0, 0);
     for k in [1usize, 2, 3, 4, 8] {
         let b = GpuBackend::new(dev, k, CommConfig::default()).unwrap();
@@ -48,11 +44,7 @@ fn gpu_matrix() {
     );
 }
 
-#[test]
-fn gpu_small_buffer_many_chunks() {
-    let Some(dev) = gpu_or_skip("gpu_small_buffer_many_chunks") else {
-        return;
-    };
+fn gpu_small_buffer_many_chunks(dev: usize) {
     let tile_bytes = UNROLL * GPU_THREADS * PACK_BYTES;
     let mut count = 0;
     for (k, tiles) in [(2usize, 3u64), (3, 2), (4, 5), (8, 1)] {
@@ -86,11 +78,7 @@ fn gpu_small_buffer_many_chunks() {
     println!("gpu small-buffer: {count} collectives, 0 wrong");
 }
 
-#[test]
-fn gpu_large_counts() {
-    let Some(dev) = gpu_or_skip("gpu_large_counts") else {
-        return;
-    };
+fn gpu_large_counts(dev: usize) {
     // recvcount * k = elements per rank, up to 2^26.
     let runs: [(usize, DataType, Op, usize, bool); 6] = [
         (4, DataType::F32, Op::Sum, 1 << 24, false),
@@ -121,11 +109,7 @@ fn gpu_large_counts() {
     }
 }
 
-#[test]
-fn gpu_back_to_back_1000() {
-    let Some(dev) = gpu_or_skip("gpu_back_to_back_1000") else {
-        return;
-    };
+fn gpu_back_to_back_1000(dev: usize) {
     for k in [4usize, 8] {
         let b = GpuBackend::new(dev, k, CommConfig::default().ring_order(shuffled(k))).unwrap();
         let mut rng = Rng(7 + k as u64);
@@ -158,4 +142,13 @@ fn gpu_back_to_back_1000() {
         }
         println!("gpu back-to-back k={k}: 1000 collectives, {elements} elements, 0 wrong");
     }
+}
+
+fn main() -> std::process::ExitCode {
+    run_gpu_tests(&[
+        ("gpu_matrix", gpu_matrix),
+        ("gpu_small_buffer_many_chunks", gpu_small_buffer_many_chunks),
+        ("gpu_large_counts", gpu_large_counts),
+        ("gpu_back_to_back_1000", gpu_back_to_back_1000),
+    ])
 }

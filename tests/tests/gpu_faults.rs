@@ -1,5 +1,6 @@
 //! Faults, bad input, the soak and the sanitizer workload on the GPU with
-//! virtual ranks. Each test prints a skip line and returns without a GPU.
+//! virtual ranks. Without a GPU the harness reports every test as ignored,
+//! with the reason.
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use ringreduce::{
@@ -8,7 +9,7 @@ use ringreduce::{
 };
 use ringreduce_tests::cases::{Case, Offsets};
 use ringreduce_tests::soak::{env_or, soak, soak_ks, soak_ring};
-use ringreduce_tests::{gpu_comm, gpu_or_skip, run_case, GpuBackend};
+use ringreduce_tests::{gpu_comm, run_case, run_gpu_tests, GpuBackend};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -101,11 +102,7 @@ fn after_error(comm: &Communicator, b: &mut Bufs, e: Error, check: impl Fn(&Erro
     println!("gpu bad input ok: {e}");
 }
 
-#[test]
-fn gpu_bad_input() {
-    let Some(dev) = gpu_or_skip("gpu_bad_input") else {
-        return;
-    };
+fn gpu_bad_input(dev: usize) {
     let k = 3;
     let comm = Communicator::new(dev, k).unwrap();
     let mut b = bufs(&comm, 1000);
@@ -181,11 +178,7 @@ fn gpu_bad_input() {
     ));
 }
 
-#[test]
-fn gpu_missing_rank_times_out() {
-    let Some(dev) = gpu_or_skip("gpu_missing_rank_times_out") else {
-        return;
-    };
+fn gpu_missing_rank_times_out(dev: usize) {
     let (k, missing) = (4, 1);
     let timeout = Duration::from_secs(1);
     let comm = gpu_comm(dev, k, CommConfig::default().timeout(timeout)).unwrap();
@@ -221,11 +214,7 @@ fn gpu_missing_rank_times_out() {
     assert!(b.correct(k));
 }
 
-#[test]
-fn gpu_abort() {
-    let Some(dev) = gpu_or_skip("gpu_abort") else {
-        return;
-    };
+fn gpu_abort(dev: usize) {
     let k = 4;
     let comm = gpu_comm(
         dev,
@@ -259,11 +248,7 @@ fn gpu_abort() {
 }
 
 #[cfg(feature = "fault-injection")]
-#[test]
-fn gpu_lost_signal() {
-    let Some(dev) = gpu_or_skip("gpu_lost_signal") else {
-        return;
-    };
+fn gpu_lost_signal(dev: usize) {
     let k = 4;
     let cfg = CommConfig::default().timeout(Duration::from_millis(500));
     let comm = gpu_comm(dev, k, cfg).unwrap();
@@ -279,11 +264,7 @@ fn gpu_lost_signal() {
     );
 }
 
-#[test]
-fn gpu_poisoned_inputs_match_the_cpu() {
-    let Some(dev) = gpu_or_skip("gpu_poisoned_inputs_match_the_cpu") else {
-        return;
-    };
+fn gpu_poisoned_inputs_match_the_cpu(dev: usize) {
     let k = 3;
     let n = 4096;
     let specials = [
@@ -343,11 +324,7 @@ fn gpu_poisoned_inputs_match_the_cpu() {
 }
 
 /// Small and quick: the workload compute-sanitizer runs.
-#[test]
-fn gpu_sanitize_small() {
-    let Some(dev) = gpu_or_skip("gpu_sanitize_small") else {
-        return;
-    };
+fn gpu_sanitize_small(dev: usize) {
     let mut count = 0;
     for k in [2usize, 3] {
         let b = GpuBackend::new(dev, k, CommConfig::default()).unwrap();
@@ -373,11 +350,7 @@ fn gpu_sanitize_small() {
     println!("gpu sanitize-small: {count} collectives, 0 wrong");
 }
 
-#[test]
-fn gpu_soak() {
-    let Some(dev) = gpu_or_skip("gpu_soak") else {
-        return;
-    };
+fn gpu_soak(dev: usize) {
     let ops: usize = env_or("RINGREDUCE_SOAK_OPS", 10_000);
     let max_count: usize = env_or("RINGREDUCE_SOAK_MAX_COUNT", 1 << 22);
     for k in soak_ks(&[4, 8]) {
@@ -401,4 +374,20 @@ fn gpu_soak() {
         );
         assert_eq!(rep.wrong, 0);
     }
+}
+
+fn main() -> std::process::ExitCode {
+    run_gpu_tests(&[
+        ("gpu_bad_input", gpu_bad_input),
+        ("gpu_missing_rank_times_out", gpu_missing_rank_times_out),
+        ("gpu_abort", gpu_abort),
+        #[cfg(feature = "fault-injection")]
+        ("gpu_lost_signal", gpu_lost_signal),
+        (
+            "gpu_poisoned_inputs_match_the_cpu",
+            gpu_poisoned_inputs_match_the_cpu,
+        ),
+        ("gpu_sanitize_small", gpu_sanitize_small),
+        ("gpu_soak", gpu_soak),
+    ])
 }

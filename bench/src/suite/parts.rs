@@ -378,13 +378,18 @@ pub fn judge_tests(ended: &[Ended], log: &str) -> (Status, String) {
             ),
         );
     }
+    let skipped = skips(log);
+    // The GPU harness reports tests it cannot run as ignored, with a
+    // "skipped: why" line.
+    if t.passed == 0 && t.ignored > 0 {
+        let why = skipped
+            .first()
+            .and_then(|l| l.split(": skipped: ").nth(1))
+            .unwrap_or("every test was ignored");
+        return (Status::Skipped, format!("skipped: {why}"));
+    }
     if t.binaries == 0 || t.passed == 0 {
         return (Status::Fail, "no test ran".into());
-    }
-    let skipped = skips(log);
-    if skipped.len() as u64 >= t.passed {
-        let why = skipped[0].split(": skipped: ").nth(1).unwrap_or("");
-        return (Status::Skipped, format!("skipped: {why}"));
     }
     let mut f = format!("{} passed", t.passed);
     if collectives > 0 {
@@ -456,4 +461,42 @@ fn file_name(p: &Path) -> String {
     p.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn ok() -> Ended {
+        Ended::Exited(std::process::ExitStatus::from_raw(0))
+    }
+
+    #[test]
+    fn ignored_gpu_tests_are_skipped_not_passed() {
+        let log = "GPU tests: skipped: no CUDA driver\ntest gpu_matrix ... ignored\n\
+                   test result: ok. 0 passed; 0 failed; 4 ignored; 0 measured\n";
+        let (s, f) = judge_tests(&[ok()], log);
+        assert_eq!(s, Status::Skipped);
+        assert_eq!(f, "skipped: no CUDA driver");
+    }
+
+    #[test]
+    fn passes_fails_and_empty_runs() {
+        let pass = "gpu matrix: 10 collectives, 5 elements, 0 wrong\ntest result: ok. 1 passed; 0 failed; 0 ignored\n";
+        assert_eq!(
+            judge_tests(&[ok()], pass),
+            (
+                Status::Pass,
+                "1 passed; 10 collectives checked, 0 wrong".into()
+            )
+        );
+        let failed = "test result: FAILED. 1 passed; 1 failed; 0 ignored\n";
+        assert_eq!(judge_tests(&[ok()], failed).0, Status::Fail);
+        let wrong =
+            "soak: 5 collectives, 2 wrong\ntest result: ok. 1 passed; 0 failed; 0 ignored\n";
+        assert_eq!(judge_tests(&[ok()], wrong).0, Status::Fail);
+        assert_eq!(judge_tests(&[ok()], "").0, Status::Fail);
+        assert_eq!(judge_tests(&[Ended::TimedOut], pass).0, Status::TimedOut);
+    }
 }
