@@ -41,6 +41,8 @@ pub enum Error {
     },
     #[error("ring order {order:?} is not a permutation of 0..{k}")]
     BadRingOrder { order: Vec<u32>, k: usize },
+    #[error("ring order {order:?} names {} ranks, but the communicator has {k}", order.len())]
+    RingOrderLength { order: Vec<u32>, k: usize },
     #[error(
         "staging buffer of {have} bytes is too small for {k} ranks: each rank needs at \
          least {need} bytes (one unrolled slice plus padding per block and subchunk)"
@@ -86,6 +88,11 @@ pub enum Error {
          send + {rank} * recvcount"
     )]
     InPlaceMisplaced { rank: usize },
+    #[error(
+        "rank {rank}: the in-place buffer holds {len} elements, which is not {k} blocks of \
+         equal length (in place, recv is block {rank} of that buffer)"
+    )]
+    InPlaceLength { rank: usize, len: u64, k: usize },
     #[error("rank {a}'s {a_which} buffer overlaps rank {b}'s {b_which} buffer")]
     Overlap {
         a: usize,

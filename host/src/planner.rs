@@ -16,6 +16,24 @@ pub struct BufferSpan {
     pub recv_len: u64,
 }
 
+impl BufferSpan {
+    /// Rank `rank`'s in-place buffer at `addr`, `len` elements of `size`
+    /// bytes: send is all of it and recv its block `rank`, so `len` must be
+    /// `k` equal blocks.
+    pub fn in_place(addr: u64, len: u64, k: usize, rank: usize, size: u64) -> Result<Self> {
+        if k == 0 || !len.is_multiple_of(k as u64) {
+            return Err(Error::InPlaceLength { rank, len, k });
+        }
+        let n = len / k as u64;
+        Ok(BufferSpan {
+            send: addr,
+            send_len: len,
+            recv: addr + rank as u64 * n * size,
+            recv_len: n,
+        })
+    }
+}
+
 /// Where one rank's communicator state lives (device or host addresses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RankWiring {

@@ -37,7 +37,7 @@ impl RingOrder {
     pub fn for_ranks(order: Option<&[u32]>, k: usize) -> Result<Self> {
         match order {
             None => Ok(Self::identity(k)),
-            Some(o) if o.len() != k => Err(Error::BadRingOrder {
+            Some(o) if o.len() != k => Err(Error::RingOrderLength {
                 order: o.to_vec(),
                 k,
             }),
@@ -89,7 +89,7 @@ mod tests {
         ));
         assert!(matches!(
             RingOrder::for_ranks(Some(&[0, 1]), 3),
-            Err(Error::BadRingOrder { k: 3, .. })
+            Err(Error::RingOrderLength { k: 3, .. })
         ));
         let r = RingOrder::new(&[1, 2, 0, 3]).unwrap();
         assert_eq!(r.ring_from_user(0), 2);

@@ -121,6 +121,18 @@ fn in_place_at_the_wrong_block() {
 }
 
 #[test]
+fn in_place_buffer_of_the_wrong_length() {
+    let s = setup();
+    let mut b = s.good();
+    // K * N - 1 elements cannot be K equal blocks.
+    b[2] = CpuBuffers::in_place(s.send[2].view(0..K * N - 1));
+    s.expect(&b, |e| {
+        matches!(e, Error::InPlaceLength { rank: 2, k: K, .. })
+            && e.to_string().contains("in-place buffer holds")
+    });
+}
+
+#[test]
 fn overlapping_outputs_and_inputs() {
     let s = setup();
     let mut b = s.good();
@@ -162,8 +174,15 @@ fn bad_communicators() {
     ));
     assert!(matches!(
         CpuCommunicator::with_config(3, CommConfig::default().ring_order(vec![0, 1])),
-        Err(Error::BadRingOrder { k: 3, .. })
+        Err(Error::RingOrderLength { k: 3, .. })
     ));
+    let e = CpuCommunicator::with_config(3, CommConfig::default().ring_order(vec![0, 1]))
+        .err()
+        .unwrap();
+    assert_eq!(
+        e.to_string(),
+        "ring order [0, 1] names 2 ranks, but the communicator has 3"
+    );
 }
 
 #[test]

@@ -182,15 +182,7 @@ impl CpuCommunicator {
                     recv: recv.addr(),
                     recv_len: recv.len() as u64,
                 },
-                CpuBuffers::InPlace(v) => {
-                    let n = (v.len() / k) as u64;
-                    BufferSpan {
-                        send: v.addr(),
-                        send_len: v.len() as u64,
-                        recv: v.addr() + u as u64 * n * sz,
-                        recv_len: n,
-                    }
-                }
+                CpuBuffers::InPlace(v) => BufferSpan::in_place(v.addr(), v.len() as u64, k, u, sz)?,
             });
         }
         let control = self

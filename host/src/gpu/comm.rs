@@ -328,15 +328,9 @@ impl Communicator {
                 }
                 RsBuffers::InPlace(buf) => {
                     let len = buf.len() as u64;
-                    let n = len / k as u64;
                     let (p, g) = buf.device_ptr_mut(s);
                     guards.push(g);
-                    spans.push(BufferSpan {
-                        send: p,
-                        send_len: len,
-                        recv: p + u as u64 * n * sz,
-                        recv_len: n,
-                    });
+                    spans.push(BufferSpan::in_place(p, len, k, u, sz)?);
                 }
             }
         }
