@@ -20,7 +20,7 @@ fn bool01(s: &str) -> Result<bool, String> {
 
 /// Benchmarks ringreduce's collectives in the nccl-tests format.
 #[derive(Parser, Debug, Clone)]
-#[command(name = "ringreduce-bench", version, about)]
+#[command(name = "ringreduce-bench", version)]
 pub struct BenchArgs {
     /// Minimum size (per-rank input for reduce-scatter), with K/M/G suffix.
     #[arg(short = 'b', long = "minbytes", default_value = "32M", value_parser = size_arg)]
@@ -34,7 +34,8 @@ pub struct BenchArgs {
     /// Fixed increment between sizes (overrides -f).
     #[arg(short = 'i', long = "stepbytes", value_parser = size_arg)]
     pub increment: Option<u64>,
-    /// Number of ranks: virtual ranks on one GPU.
+    /// Number of ranks: one per GPU when the machine has at least that many
+    /// GPUs, else virtual ranks on GPU 0 (or CPU threads without a GPU).
     #[arg(short = 'g', long = "ngpus", default_value_t = 1)]
     pub ranks: usize,
     /// Data type (int8 uint8 int32 uint32 int64 uint64 half bfloat16 float
@@ -56,7 +57,7 @@ pub struct BenchArgs {
     /// Blocking: synchronise after every collective (0/1).
     #[arg(short = 'z', long = "blocking", default_value = "0", value_parser = bool01, action = clap::ArgAction::Set)]
     pub blocking: bool,
-    /// Staging buffer per rank (default 2M).
+    /// Staging buffer per rank.
     #[arg(long = "buffsize", default_value = "2M", value_parser = size_arg)]
     pub buffsize: u64,
     /// Ring order: user ranks in ring order, comma separated.

@@ -96,6 +96,11 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
     if args.ranks == 0 {
         return Err("-g must be at least 1".into());
     }
+    // Every argument is checked before anything is printed.
+    args.dtypes()?;
+    args.ops()?;
+    sweep(args.min_bytes, args.max_bytes, args.factor, args.increment)?;
+    RingOrder::for_ranks(args.ring_order.as_deref(), args.ranks).map_err(|e| e.to_string())?;
     let gpus = ringreduce::gpu::device_count();
     let use_gpu = !args.cpu && matches!(gpus, Ok(n) if n > 0);
     let mut max = args.max_bytes;

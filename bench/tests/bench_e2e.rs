@@ -176,3 +176,39 @@ fn json_schema_is_stable() {
     want.sort();
     assert_eq!(keys, want);
 }
+
+#[test]
+fn bad_arguments_fail_before_the_banner() {
+    for bad in [["-d", "foo"], ["-o", "mean"], ["--ring-order", "0,1"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ringreduce-bench"))
+            .args(["--cpu", "-g", "3"])
+            .args(bad)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.is_empty(),
+            "{bad:?} printed before failing: {stdout}"
+        );
+        assert!(!out.stderr.is_empty());
+    }
+}
+
+#[test]
+fn help_names_the_tool_and_each_default_once() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ringreduce-bench"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let h = String::from_utf8_lossy(&out.stdout);
+    assert!(h.starts_with("Benchmarks ringreduce's collectives"), "{h}");
+    let buffsize = h.lines().find(|l| l.contains("--buffsize")).unwrap();
+    let block: String = h
+        .lines()
+        .skip_while(|l| !l.contains("--buffsize"))
+        .take_while(|l| l.contains("--buffsize") || !l.trim_start().starts_with('-'))
+        .collect();
+    assert_eq!(block.matches("2M").count(), 1, "{buffsize}\n{block}");
+    assert!(h.contains("one per GPU"));
+}
