@@ -118,12 +118,31 @@ pub enum Error {
     /// A rank gave up waiting; boxed so that `Result<T, Error>` stays small.
     #[error("{0}")]
     Timeout(Box<TimeoutInfo>),
-    #[error(
-        "the collective was aborted (first seen by rank {rank} at chunk {chunk}, step {step})"
-    )]
-    Aborted { rank: usize, chunk: u64, step: u64 },
+    /// `abort()` was called. `seen` says where a kernel first noticed it;
+    /// `None` when no running collective did (it came before the enqueue,
+    /// or after the work had finished).
+    #[error("the communicator was aborted{}", abort_site(.seen))]
+    Aborted { seen: Option<AbortSeen> },
     #[error("the communicator is broken by an earlier error ({0}); create a new one")]
     Broken(String),
+}
+
+/// Where a kernel first noticed an abort.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortSeen {
+    pub rank: usize,
+    pub chunk: u64,
+    pub step: u64,
+}
+
+fn abort_site(seen: &Option<AbortSeen>) -> String {
+    match seen {
+        Some(s) => format!(
+            " (first seen by rank {} at chunk {}, step {})",
+            s.rank, s.chunk, s.step
+        ),
+        None => String::new(),
+    }
 }
 
 /// Which rank timed out, where in the protocol, and on what.

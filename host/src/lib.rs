@@ -43,7 +43,7 @@ pub mod topology;
 pub use config::CommConfig;
 pub use cpu::{CpuBuffers, CpuCommunicator, HostBuffer, HostView};
 pub use element::{DataType, Element, RsElement};
-pub use error::{Error, Result, TimeoutInfo};
+pub use error::{AbortSeen, Error, Result, TimeoutInfo};
 pub use gpu::{Communicator, RawBuffers, RsBuffers};
 pub use half;
 pub use ring::RingOrder;

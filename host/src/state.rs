@@ -8,12 +8,17 @@ use crate::planner::Control;
 use crate::ring::RingOrder;
 use crate::status::{first_error, rank_errors};
 use ringreduce_kernels::StatusRecord;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 pub(crate) struct CommState {
     pub ring: RingOrder,
     pub config: CommConfig,
     broken: Mutex<Option<Error>>,
+    /// Set by `abort()`: from then on every call reports `Aborted`, so a
+    /// collective enqueued after the abort never runs, whatever the kernels
+    /// of earlier ones saw.
+    aborted: AtomicBool,
     hooks: Mutex<TestHooks>,
 }
 
@@ -23,6 +28,7 @@ impl CommState {
             ring,
             config,
             broken: Mutex::new(None),
+            aborted: AtomicBool::new(false),
             hooks: Mutex::new(TestHooks::default()),
         }
     }
@@ -43,9 +49,21 @@ impl CommState {
         }
     }
 
-    /// `Broken` if an earlier error broke the communicator; otherwise the
-    /// error the status records hold, which from now on breaks it.
+    /// Records an abort (the caller also raises the kernels' abort word).
+    pub fn abort(&self) {
+        self.aborted.store(true, Ordering::SeqCst);
+    }
+
+    /// `Aborted` after an abort; `Broken` if an earlier error broke the
+    /// communicator; otherwise the error the status records hold, which from
+    /// now on breaks it.
     pub fn check(&self, recs: &[StatusRecord]) -> Result<()> {
+        if self.aborted.load(Ordering::SeqCst) {
+            return Err(match first_error(recs, &self.ring) {
+                Some(e @ Error::Aborted { .. }) => e,
+                _ => Error::Aborted { seen: None },
+            });
+        }
         if let Some(e) = self
             .broken
             .lock()

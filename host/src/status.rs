@@ -1,7 +1,7 @@
 //! Turning a rank's status record into an error that says who was stuck
 //! and on what.
 
-use crate::error::{Error, TimeoutInfo};
+use crate::error::{AbortSeen, Error, TimeoutInfo};
 use crate::ring::RingOrder;
 use ringreduce_kernels::plan::NUM_SUBCHUNKS;
 use ringreduce_kernels::{Sizing, StatusRecord, WaitKind, WaitOutcome};
@@ -28,9 +28,11 @@ pub fn error_from_record(rec: &StatusRecord, ring: &RingOrder) -> Option<Error> 
     match outcome {
         WaitOutcome::Ok => None,
         WaitOutcome::Aborted => Some(Error::Aborted {
-            rank,
-            chunk: rec.chunk,
-            step: rec.step,
+            seen: Some(AbortSeen {
+                rank,
+                chunk: rec.chunk,
+                step: rec.step,
+            }),
         }),
         WaitOutcome::TimedOut => {
             let (pred, succ) = ring.neighbours(rank);
@@ -165,7 +167,9 @@ mod tests {
         recs[0] = rec(0, 0, WaitOutcome::Aborted, WaitKind::NewData, 1);
         assert!(matches!(
             first_error(&recs, &ring),
-            Some(Error::Aborted { rank: 0, .. })
+            Some(Error::Aborted {
+                seen: Some(AbortSeen { rank: 0, .. })
+            })
         ));
         assert!(first_error(&[StatusRecord::default(); 4], &ring).is_none());
     }

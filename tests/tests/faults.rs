@@ -118,6 +118,35 @@ fn abort_from_another_thread_ends_every_rank() {
     healthy_again(k);
 }
 
+/// An abort before the enqueue: the collective is refused with `Aborted`
+/// and nothing is written, every time (the kernels' own abort polling would
+/// miss it when every flag is ready at the first look).
+#[test]
+fn abort_before_the_enqueue_refuses_the_collective_1000_of_1000() {
+    let k = 2;
+    let (send, recv) = buffers(k, 64);
+    let before: Vec<Vec<f32>> = recv.iter().map(|r| r.to_vec()).collect();
+    for i in 0..1000 {
+        let comm = CpuCommunicator::new(k).unwrap();
+        comm.abort();
+        let e = comm
+            .reduce_scatter(&bufs(&send, &recv), Op::Sum)
+            .expect_err("enqueue after abort");
+        assert_eq!(e, Error::Aborted { seen: None }, "run {i}");
+        assert_eq!(
+            comm.synchronize(),
+            Err(Error::Aborted { seen: None }),
+            "run {i}"
+        );
+        let after: Vec<Vec<f32>> = recv.iter().map(|r| r.to_vec()).collect();
+        assert_eq!(after, before, "run {i}: an output was written");
+    }
+    assert_eq!(
+        Error::Aborted { seen: None }.to_string(),
+        "the communicator was aborted"
+    );
+}
+
 #[cfg(feature = "fault-injection")]
 #[test]
 fn lost_signal_is_a_timeout_naming_the_step() {

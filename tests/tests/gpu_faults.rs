@@ -247,6 +247,29 @@ fn gpu_abort(dev: usize) {
     }
 }
 
+/// An abort before the enqueue: refused with `Aborted`, nothing launched or
+/// written, in every one of 1000 runs.
+fn gpu_abort_before_enqueue(dev: usize) {
+    for i in 0..1000 {
+        let comm = gpu_comm(dev, 2, CommConfig::default()).unwrap();
+        let mut b = bufs(&comm, 64);
+        comm.abort();
+        let s = b.streams.clone();
+        assert_eq!(
+            b.run(&comm, &s),
+            Err(Error::Aborted { seen: None }),
+            "run {i}"
+        );
+        assert_eq!(
+            comm.synchronize(),
+            Err(Error::Aborted { seen: None }),
+            "run {i}"
+        );
+        assert_eq!(b.touched(), None, "run {i}");
+    }
+    println!("gpu abort before enqueue: 1000 of 1000 refused, nothing written");
+}
+
 #[cfg(feature = "fault-injection")]
 fn gpu_lost_signal(dev: usize) {
     let k = 4;
@@ -381,6 +404,7 @@ fn main() -> std::process::ExitCode {
         ("gpu_bad_input", gpu_bad_input),
         ("gpu_missing_rank_times_out", gpu_missing_rank_times_out),
         ("gpu_abort", gpu_abort),
+        ("gpu_abort_before_enqueue", gpu_abort_before_enqueue),
         #[cfg(feature = "fault-injection")]
         ("gpu_lost_signal", gpu_lost_signal),
         (

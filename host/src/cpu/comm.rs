@@ -275,8 +275,12 @@ impl CpuCommunicator {
     }
 
     /// Makes every rank's waits give up; safe from any thread. Queued and
-    /// running collectives end with [`Error::Aborted`].
+    /// running collectives end with [`Error::Aborted`] (one that had already
+    /// finished keeps its results), and every later call, a collective or
+    /// [`synchronize`](Self::synchronize), returns `Aborted` with nothing
+    /// run: the communicator is done.
     pub fn abort(&self) {
+        self.inner.state.abort();
         self.inner.abort.store(1, Ordering::SeqCst);
     }
 

@@ -524,8 +524,12 @@ impl Communicator {
 
     /// Makes every rank's kernel give up its waits and return; safe to call
     /// from any thread while collectives run. They end with
-    /// [`Error::Aborted`], and the communicator is broken.
+    /// [`Error::Aborted`] (one that had already finished keeps its results),
+    /// and every later call, a collective or
+    /// [`synchronize`](Self::synchronize), returns `Aborted` with nothing
+    /// launched: the communicator is done.
     pub fn abort(&self) {
+        self.inner.state.abort();
         self.inner.host.word(0).store(1, Ordering::SeqCst);
     }
 
