@@ -5,7 +5,7 @@ use crate::report::Ceilings;
 use cudarc::driver::{
     sys, CudaContext, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
 };
-use ringreduce::gpu::module::{
+use ringreduce::internals::module::{
     module_for, COPY_BLOCK_KERNEL, COPY_GRID_KERNEL, PINGPONG_KERNEL, REDUCE_BLOCK_KERNEL,
 };
 use ringreduce::kernels::plan::BLOCK_THREADS;

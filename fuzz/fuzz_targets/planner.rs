@@ -6,7 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use ringreduce::kernels::plan::{block_residue, CPU_THREADS, GPU_THREADS, PACK_BYTES};
-use ringreduce::planner::{plan_reduce_scatter, BufferSpan, Control, Plan, RankWiring};
+use ringreduce::internals::{plan_reduce_scatter, BufferSpan, Control, Plan, RankWiring};
 use ringreduce::{DataType, RingOrder};
 
 fn take(d: &mut &[u8], n: usize) -> u64 {

@@ -64,16 +64,19 @@ impl Default for CommConfig {
 }
 
 impl CommConfig {
+    /// Staging bytes per rank; more means fewer, larger slices.
     pub fn buffer_bytes(mut self, bytes: u64) -> Self {
         self.buffer_bytes = bytes;
         self
     }
 
+    /// The ring: user ranks in ring order, a permutation of `0..k`.
     pub fn ring_order(mut self, order: Vec<u32>) -> Self {
         self.ring_order = Some(order);
         self
     }
 
+    /// How long a wait may see no progress before the rank gives up.
     pub fn timeout(mut self, t: Duration) -> Self {
         self.timeout = Some(t);
         self
@@ -92,6 +95,7 @@ impl CommConfig {
             .unwrap_or(DEFAULT_TIMEOUT)
     }
 
+    /// Sets [`CommConfig::prefetch_rounds`].
     pub fn prefetch_rounds(mut self, rounds: u8) -> Self {
         self.prefetch_rounds = Some(rounds);
         self
@@ -105,6 +109,7 @@ impl CommConfig {
             .min(15) as u64
     }
 
+    /// Sets [`CommConfig::watchdog`].
     pub fn watchdog(mut self, on: bool) -> Self {
         self.watchdog = on;
         self

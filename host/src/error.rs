@@ -7,114 +7,231 @@ use ringreduce_kernels::WaitKind;
 /// `Aborted`, `Driver` during a launch) mark the communicator broken.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Error {
+    /// No CUDA driver could be loaded on this machine.
     #[error(
         "no CUDA driver could be loaded (libcuda.so was not found); \
          use ringreduce::CpuCommunicator to run the CPU execution instead"
     )]
     NoDriver,
+    /// A CUDA driver call failed; the text is the driver's.
     #[error("CUDA driver error: {0}")]
     Driver(String),
+    /// A device ordinal beyond the devices present.
     #[error("device {device} does not exist: {count} CUDA device(s) present")]
-    NoSuchDevice { device: usize, count: usize },
+    NoSuchDevice {
+        /// The device ordinal.
+        device: usize,
+        /// Devices present.
+        count: usize,
+    },
+    /// A communicator of no ranks.
     #[error("a communicator needs at least one rank (k = 0)")]
     ZeroRanks,
+    /// More ranks than can be resident on one device at once (their blocks must all run together).
     #[error(
         "{k} ranks cannot all be resident on device {device}: at most {max} blocks of \
          {threads} threads run at once"
     )]
     TooManyRanks {
+        /// Ranks of the communicator.
         k: usize,
+        /// Blocks that can be resident at once.
         max: usize,
+        /// The device ordinal.
         device: usize,
+        /// Threads per block.
         threads: usize,
     },
+    /// Two ring neighbours on devices that cannot reach each other's memory.
     #[error(
         "ranks {a} and {b} are ring neighbours, but their devices {device_a} and {device_b} \
          cannot access each other's memory both ways (cuDeviceCanAccessPeer); choose another \
          ring order or other devices"
     )]
     NoPeerAccess {
+        /// One user rank.
         a: usize,
+        /// The other user rank.
         b: usize,
+        /// Rank `a`'s device.
         device_a: usize,
+        /// Rank `b`'s device.
         device_b: usize,
     },
+    /// A ring order that is not a permutation of the user ranks.
     #[error("ring order {order:?} is not a permutation of 0..{k}")]
-    BadRingOrder { order: Vec<u32>, k: usize },
+    BadRingOrder {
+        /// The ring order given.
+        order: Vec<u32>,
+        /// Ranks of the communicator.
+        k: usize,
+    },
+    /// A ring order with more or fewer entries than the communicator has ranks.
     #[error("ring order {order:?} names {} ranks, but the communicator has {k}", order.len())]
-    RingOrderLength { order: Vec<u32>, k: usize },
+    RingOrderLength {
+        /// The ring order given.
+        order: Vec<u32>,
+        /// Ranks of the communicator.
+        k: usize,
+    },
+    /// A staging buffer too small for the ring: see `CommConfig::buffer_bytes`.
     #[error(
         "staging buffer of {have} bytes is too small for {k} ranks: each rank needs at \
          least {need} bytes (one unrolled slice plus padding per block and subchunk)"
     )]
-    BufferTooSmall { k: usize, need: u64, have: u64 },
+    BufferTooSmall {
+        /// Ranks of the communicator.
+        k: usize,
+        /// Bytes each rank needs at least.
+        need: u64,
+        /// Bytes configured.
+        have: u64,
+    },
+    /// Not one buffer pair per rank.
     #[error("{got} buffer pairs given for {k} ranks")]
-    WrongBufferCount { got: usize, k: usize },
+    WrongBufferCount {
+        /// How many were given (or found).
+        got: usize,
+        /// Ranks of the communicator.
+        k: usize,
+    },
+    /// Not one stream per rank.
     #[error("{got} streams given for {k} ranks")]
-    WrongStreamCount { got: usize, k: usize },
+    WrongStreamCount {
+        /// How many were given (or found).
+        got: usize,
+        /// Ranks of the communicator.
+        k: usize,
+    },
+    /// A `send` buffer that is not `k` times its `recv`.
     #[error("rank {rank}: send holds {send_len} elements, but k * recv.len() = {expected}")]
     SendLength {
+        /// The user rank.
         rank: usize,
+        /// Elements in `send`.
         send_len: u64,
+        /// What was expected.
         expected: u64,
     },
+    /// Ranks whose `recv` buffers differ in length.
     #[error("rank {rank}: recv holds {got} elements, rank 0's holds {want}")]
-    CountMismatch { rank: usize, got: u64, want: u64 },
+    CountMismatch {
+        /// The user rank.
+        rank: usize,
+        /// How many were given (or found).
+        got: u64,
+        /// What rank 0 has.
+        want: u64,
+    },
+    /// A buffer on another device than its rank.
     #[error(
         "rank {rank}: {which} buffer is on device {found}, but the rank is on device {expected}"
     )]
     WrongDevice {
+        /// The user rank.
         rank: usize,
+        /// `"send"` or `"recv"`.
         which: &'static str,
+        /// Where it is.
         found: i64,
+        /// What was expected.
         expected: usize,
     },
+    /// A buffer that does not lie inside one allocation.
     #[error("rank {rank}: {which} buffer [{addr:#x}, +{bytes} B) is not inside one allocation")]
     BufferOutOfBounds {
+        /// The user rank.
         rank: usize,
+        /// `"send"` or `"recv"`.
         which: &'static str,
+        /// The buffer's address.
         addr: u64,
+        /// The buffer's length in bytes.
         bytes: u64,
     },
+    /// A buffer address that is not a multiple of the element size.
     #[error("rank {rank}: {which} address {addr:#x} is not a multiple of the element size {size}")]
     Misaligned {
+        /// The user rank.
         rank: usize,
+        /// `"send"` or `"recv"`.
         which: &'static str,
+        /// The buffer's address.
         addr: u64,
+        /// Bytes per element.
         size: u64,
     },
+    /// A `recv` inside its own `send`, but not at the rank's own block.
     #[error(
         "rank {rank}: recv overlaps send but is not the in-place block \
          send + {rank} * recvcount"
     )]
-    InPlaceMisplaced { rank: usize },
+    InPlaceMisplaced {
+        /// The user rank.
+        rank: usize,
+    },
+    /// An in-place buffer whose length is not `k` equal blocks.
     #[error(
         "rank {rank}: the in-place buffer holds {len} elements, which is not {k} blocks of \
          equal length (in place, recv is block {rank} of that buffer)"
     )]
-    InPlaceLength { rank: usize, len: u64, k: usize },
+    InPlaceLength {
+        /// The user rank.
+        rank: usize,
+        /// Elements in the buffer.
+        len: u64,
+        /// Ranks of the communicator.
+        k: usize,
+    },
+    /// Buffers of two ranks that overlap where one of them is written.
     #[error("rank {a}'s {a_which} buffer overlaps rank {b}'s {b_which} buffer")]
     Overlap {
+        /// One user rank.
         a: usize,
+        /// Which of rank `a`'s buffers.
         a_which: &'static str,
+        /// The other user rank.
         b: usize,
+        /// Which of rank `b`'s buffers.
         b_which: &'static str,
     },
+    /// A stream on another device than its rank.
     #[error("rank {rank}: its stream belongs to device {found}, the rank is on device {expected}")]
     StreamDevice {
+        /// The user rank.
         rank: usize,
+        /// Where it is.
         found: usize,
+        /// What was expected.
         expected: usize,
     },
+    /// Two ranks on one device given the same stream (their blocks would serialise and deadlock).
     #[error("ranks {a} and {b} share one stream on one device; each rank needs its own stream")]
-    SharedStream { a: usize, b: usize },
+    SharedStream {
+        /// One user rank.
+        a: usize,
+        /// The other user rank.
+        b: usize,
+    },
+    /// The legacy default stream, which serialises with every other stream.
     #[error(
         "rank {rank}: the legacy default stream serialises with every other stream, which \
          would deadlock ranks that share a device; use CudaContext::new_stream"
     )]
-    DefaultStream { rank: usize },
+    DefaultStream {
+        /// The user rank.
+        rank: usize,
+    },
+    /// Sizes whose byte count overflows 64 bits.
     #[error("the byte size of {k} ranks x {recvcount} elements x {size} B overflows 64 bits")]
-    Overflow { k: usize, recvcount: u64, size: u64 },
+    Overflow {
+        /// Ranks of the communicator.
+        k: usize,
+        /// Elements per block.
+        recvcount: u64,
+        /// Bytes per element.
+        size: u64,
+    },
     /// A rank gave up waiting; boxed so that `Result<T, Error>` stays small.
     #[error("{0}")]
     Timeout(Box<TimeoutInfo>),
@@ -122,7 +239,11 @@ pub enum Error {
     /// `None` when no running collective did (it came before the enqueue,
     /// or after the work had finished).
     #[error("the communicator was aborted{}", abort_site(.seen))]
-    Aborted { seen: Option<AbortSeen> },
+    Aborted {
+        /// Where a kernel first noticed the abort, if one did.
+        seen: Option<AbortSeen>,
+    },
+    /// Any call after an earlier error broke the communicator; the text is that error.
     #[error("the communicator is broken by an earlier error ({0}); create a new one")]
     Broken(String),
 }
@@ -130,8 +251,11 @@ pub enum Error {
 /// Where a kernel first noticed an abort.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AbortSeen {
+    /// The user rank.
     pub rank: usize,
+    /// The chunk it was in.
     pub chunk: u64,
+    /// The ring step it was at.
     pub step: u64,
 }
 
@@ -148,19 +272,29 @@ fn abort_site(seen: &Option<AbortSeen>) -> String {
 /// Which rank timed out, where in the protocol, and on what.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimeoutInfo {
+    /// The user rank that gave up.
     pub rank: usize,
+    /// Its position in the ring.
     pub ring_pos: usize,
+    /// The chunk it was in.
     pub chunk: u64,
+    /// The ring step it was at.
     pub step: u64,
+    /// The subchunk it was at.
     pub sub: u64,
+    /// Which flag it waited on.
     pub waiting_for: WaitKind,
+    /// That flag, in words.
     pub what: &'static str,
     /// The user rank that should have written the flag.
     pub peer: usize,
+    /// The flag value it waited for.
     pub expected: u64,
+    /// The value it last saw.
     pub seen: u64,
     /// The peer's (chunk, step, subchunk) whose signal never came.
     pub signal: Option<(u64, u64, u64)>,
+    /// How long it waited.
     pub waited_ms: u64,
 }
 
@@ -186,6 +320,7 @@ impl std::fmt::Display for TimeoutInfo {
     }
 }
 
+/// The library's result type.
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl From<cudarc::driver::DriverError> for Error {

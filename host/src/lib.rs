@@ -27,18 +27,28 @@
 //! NaN operand (like `fmaxf`) and order `-0 < +0`. `Avg` sums and divides
 //! once by `k` at the last step (integers truncate toward zero).
 
+#![deny(missing_docs)]
+
 pub mod config;
 pub mod cpu;
 pub mod element;
 pub mod error;
 pub mod gpu;
-pub mod hooks;
-pub mod planner;
+mod hooks;
+mod planner;
 pub mod reference;
 pub mod ring;
 mod state;
-pub mod status;
-pub mod topology;
+mod status;
+mod topology;
+
+/// Not part of the API: the planner and the kernel module, for this
+/// repository's own tests, fuzzer and bench. They may change in any release.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::gpu::module;
+    pub use crate::planner::*;
+}
 
 pub use config::CommConfig;
 pub use cpu::{CpuBuffers, CpuCommunicator, HostBuffer, HostView};

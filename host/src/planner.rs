@@ -10,9 +10,13 @@ use ringreduce_kernels::{DataType, KernelArgs};
 /// One rank's buffers, as addresses and element counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BufferSpan {
+    /// Address of the input.
     pub send: u64,
+    /// Elements of the input.
     pub send_len: u64,
+    /// Address of the output.
     pub recv: u64,
+    /// Elements of the output.
     pub recv_len: u64,
 }
 
@@ -37,19 +41,26 @@ impl BufferSpan {
 /// Where one rank's communicator state lives (device or host addresses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RankWiring {
+    /// The rank's staging buffer.
     pub staging: u64,
+    /// Its "new data" flag.
     pub new_data: u64,
+    /// Its "chunk done" flag.
     pub chunk_done: u64,
+    /// Its slot word of the pointer handshake.
     pub slot: u64,
     /// The ring table as the rank's kernel reads it.
     pub user_from_ring: u64,
+    /// Where the rank records how its last wait ended.
     pub status: u64,
 }
 
 /// Communicator-wide settings that go into every rank's arguments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Control {
+    /// The abort word's address, or 0 with the watchdog off.
     pub abort_flag: u64,
+    /// The wait timeout; 0 waits forever.
     pub timeout_ns: u64,
     /// Test hook: (chunk, step) from which rank `fault_rank` drops signals.
     pub fault: Option<(usize, u64, u64)>,
@@ -66,11 +77,21 @@ pub enum Plan {
     /// `recvcount == 0`, or one rank in place: nothing to do.
     Nothing,
     /// One rank, out of place: copy `bytes` from `send` to `recv`.
-    Copy { send: u64, recv: u64, bytes: u64 },
+    Copy {
+        /// From here.
+        send: u64,
+        /// To here.
+        recv: u64,
+        /// This many bytes.
+        bytes: u64,
+    },
     /// Launch one block per rank; `args[u]` is user rank `u`'s.
     Launch {
+        /// The slices and chunks of the collective.
         sizing: Sizing,
+        /// Whether every rank's blocks start on a pack boundary (no padding).
         aligned: bool,
+        /// Each user rank's kernel arguments.
         args: Vec<KernelArgs>,
     },
 }

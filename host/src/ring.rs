@@ -45,14 +45,17 @@ impl RingOrder {
         }
     }
 
+    /// Ranks in the ring.
     pub fn len(&self) -> usize {
         self.user_from_ring.len()
     }
 
+    /// Whether the ring has no ranks.
     pub fn is_empty(&self) -> bool {
         self.user_from_ring.is_empty()
     }
 
+    /// User ranks in ring order.
     pub fn user_from_ring(&self) -> &[u32] {
         &self.user_from_ring
     }

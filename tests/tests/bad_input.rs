@@ -1,7 +1,7 @@
 //! Every bad input is a typed error, launches nothing (the output sentinel
 //! stays untouched) and leaves the communicator working.
 
-use ringreduce::planner::{plan_reduce_scatter, validate, BufferSpan, Control, RankWiring};
+use ringreduce::internals::{plan_reduce_scatter, validate, BufferSpan, Control, RankWiring};
 use ringreduce::{
     CommConfig, Communicator, CpuBuffers, CpuCommunicator, DataType, Error, HostBuffer, Op,
     RingOrder,
@@ -252,13 +252,13 @@ fn plan_for_k1_is_a_copy_or_nothing() {
         plan_reduce_scatter(&ring, &w, &s, DataType::F32, 1 << 21, 4, Control::default()).unwrap();
     assert!(matches!(
         p,
-        ringreduce::planner::Plan::Copy { bytes: 40, .. }
+        ringreduce::internals::Plan::Copy { bytes: 40, .. }
     ));
     let mut s = s;
     s[0].recv = s[0].send;
     let p =
         plan_reduce_scatter(&ring, &w, &s, DataType::F32, 1 << 21, 4, Control::default()).unwrap();
-    assert_eq!(p, ringreduce::planner::Plan::Nothing);
+    assert_eq!(p, ringreduce::internals::Plan::Nothing);
 }
 
 /// Staging padding is only paid for when a block starts off a pack boundary:
@@ -280,7 +280,7 @@ fn plan_pads_only_when_a_residue_needs_it() {
     )
     .unwrap()
     {
-        ringreduce::planner::Plan::Launch { sizing, .. } => sizing.slot_stride_bytes,
+        ringreduce::internals::Plan::Launch { sizing, .. } => sizing.slot_stride_bytes,
         p => panic!("expected a launch, got {p:?}"),
     };
     let n = 1 << 20;
@@ -323,7 +323,7 @@ fn plan_carries_the_flag_scope() {
             ..Control::default()
         };
         match plan_reduce_scatter(&ring, &w, &s, DataType::F32, 1 << 21, 4, control).unwrap() {
-            ringreduce::planner::Plan::Launch { args, .. } => {
+            ringreduce::internals::Plan::Launch { args, .. } => {
                 let want = if system_scope { Scope::Sys } else { Scope::Gpu };
                 assert!(args.iter().all(|a| a.scope() == want));
             }

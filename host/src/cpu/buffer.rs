@@ -101,16 +101,19 @@ impl<T: RsElement> HostBuffer<T> {
         }
     }
 
+    /// A buffer holding a copy of `data`.
     pub fn from_slice(data: &[T]) -> Self {
         let b = Self::zeroed(data.len());
         b.write(0, data);
         b
     }
 
+    /// Elements in it.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether it holds no element.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -152,6 +155,7 @@ impl<T: RsElement> HostBuffer<T> {
         }
     }
 
+    /// A view of the whole buffer.
     pub fn as_view(&self) -> HostView<T> {
         self.view(0..self.len)
     }
@@ -167,10 +171,12 @@ pub struct HostView<T> {
 }
 
 impl<T> HostView<T> {
+    /// Elements in it.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether it holds no element.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

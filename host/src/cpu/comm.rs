@@ -24,7 +24,9 @@ use std::time::Instant;
 pub enum CpuBuffers<T> {
     /// `send` holds `k * n` elements, `recv` holds `n`.
     OutOfPlace {
+        /// The input, `k` blocks of `n` elements.
         send: HostView<T>,
+        /// The output, `n` elements.
         recv: HostView<T>,
     },
     /// One buffer of `k * n` elements; the result lands in this rank's block.
@@ -32,9 +34,11 @@ pub enum CpuBuffers<T> {
 }
 
 impl<T> CpuBuffers<T> {
+    /// `send` (`k * n` elements) and `recv` (`n`), apart.
     pub fn out_of_place(send: HostView<T>, recv: HostView<T>) -> Self {
         CpuBuffers::OutOfPlace { send, recv }
     }
+    /// One buffer of `k * n` elements; the result lands in this rank's block.
     pub fn in_place(buf: HostView<T>) -> Self {
         CpuBuffers::InPlace(buf)
     }
@@ -67,6 +71,28 @@ struct Inner {
 /// collective's block as `CPU_THREADS + 1` OS threads. The protocol, the
 /// sizing and the kernel code are the GPU's; only the [`Device`] differs.
 ///
+/// Unlike [`Communicator`](crate::Communicator), it takes host buffers
+/// ([`HostBuffer`] and its views) and no streams: each rank's worker thread
+/// is its stream, and the views' accessors wait for the queued work.
+///
+/// ```
+/// use ringreduce::{CpuBuffers, CpuCommunicator, HostBuffer, Op};
+/// let (k, n) = (4, 1000);
+/// let comm = CpuCommunicator::new(k)?;
+/// // Rank r sends k blocks of n values, all equal to r.
+/// let send: Vec<HostBuffer<f32>> = (0..k)
+///     .map(|r| HostBuffer::from_slice(&vec![r as f32; k * n]))
+///     .collect();
+/// let recv: Vec<HostBuffer<f32>> = (0..k).map(|_| HostBuffer::zeroed(n)).collect();
+/// let bufs: Vec<CpuBuffers<f32>> = (0..k)
+///     .map(|u| CpuBuffers::out_of_place(send[u].as_view(), recv[u].as_view()))
+///     .collect();
+/// comm.reduce_scatter(&bufs, Op::Sum)?; // queued on the ranks' threads
+/// comm.synchronize()?;                   // reports timeouts and aborts
+/// assert!(recv.iter().all(|r| r.to_vec() == vec![6.0; n])); // 0 + 1 + 2 + 3
+/// # Ok::<(), ringreduce::Error>(())
+/// ```
+///
 /// [`Device`]: ringreduce_kernels::Device
 pub struct CpuCommunicator {
     inner: Arc<Inner>,
@@ -79,6 +105,7 @@ impl CpuCommunicator {
         Self::with_config(k, CommConfig::default())
     }
 
+    /// `k` ranks on CPU threads, set up by `config`.
     pub fn with_config(k: usize, config: CommConfig) -> Result<Self> {
         if k == 0 {
             return Err(Error::ZeroRanks);
@@ -123,14 +150,17 @@ impl CpuCommunicator {
         Ok(CpuCommunicator { inner, workers })
     }
 
+    /// Ranks in the communicator.
     pub fn k(&self) -> usize {
         self.inner.state.ring.len()
     }
 
+    /// The ring the collectives run on.
     pub fn ring_order(&self) -> &RingOrder {
         &self.inner.state.ring
     }
 
+    /// The configuration it was created with.
     pub fn config(&self) -> &CommConfig {
         &self.inner.state.config
     }

@@ -6,4 +6,3 @@ mod lane;
 
 pub use buffer::{HostBuffer, HostView};
 pub use comm::{CpuBuffers, CpuCommunicator};
-pub use lane::OrBarrier;

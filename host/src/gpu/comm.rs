@@ -30,7 +30,9 @@ const MAX_RESIDENT_GRIDS: usize = 128;
 pub enum RsBuffers<'a, T> {
     /// `send` holds `k * n` elements, `recv` holds `n`.
     OutOfPlace {
+        /// The input, `k` blocks of `n` elements.
         send: CudaView<'a, T>,
+        /// The output, `n` elements.
         recv: CudaViewMut<'a, T>,
     },
     /// One buffer of `k * n` elements; the result lands in this rank's block
@@ -39,9 +41,11 @@ pub enum RsBuffers<'a, T> {
 }
 
 impl<'a, T> RsBuffers<'a, T> {
+    /// `send` (`k * n` elements) and `recv` (`n`), apart.
     pub fn out_of_place(send: CudaView<'a, T>, recv: CudaViewMut<'a, T>) -> Self {
         RsBuffers::OutOfPlace { send, recv }
     }
+    /// One buffer of `k * n` elements; the result lands in this rank's block.
     pub fn in_place(buf: CudaViewMut<'a, T>) -> Self {
         RsBuffers::InPlace(buf)
     }
@@ -50,9 +54,13 @@ impl<'a, T> RsBuffers<'a, T> {
 /// One rank's buffers as raw device addresses, lengths in elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawBuffers {
+    /// Device address of the input.
     pub send: u64,
+    /// Elements of the input, `k * recv_len`.
     pub send_len: usize,
+    /// Device address of the output.
     pub recv: u64,
+    /// Elements of the output.
     pub recv_len: usize,
 }
 
@@ -96,6 +104,29 @@ struct Inner {
 /// of one k-block grid would guarantee residency too, but would need a
 /// different launch (and argument passing) from the multi-GPU path; keeping
 /// one launch per rank keeps the two paths one.
+///
+/// ```no_run
+/// use ringreduce::{Communicator, Op, RsBuffers};
+/// let comm = Communicator::new(0, 4)?; // 4 virtual ranks on GPU 0
+/// let streams = comm.new_streams()?;   // one stream per rank
+/// let n = 1 << 20;
+/// let send: Vec<_> = streams
+///     .iter()
+///     .map(|s| s.alloc_zeros::<f32>(4 * n))
+///     .collect::<Result<_, _>>()?;
+/// let mut recv: Vec<_> = streams
+///     .iter()
+///     .map(|s| s.alloc_zeros::<f32>(n))
+///     .collect::<Result<_, _>>()?;
+/// let mut bufs: Vec<RsBuffers<f32>> = send
+///     .iter()
+///     .zip(recv.iter_mut())
+///     .map(|(s, r)| RsBuffers::out_of_place(s.as_view(), r.as_view_mut()))
+///     .collect();
+/// comm.reduce_scatter(&mut bufs, Op::Sum, &streams)?; // asynchronous
+/// comm.synchronize()?;                                // reports timeouts and aborts
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Communicator {
     inner: Arc<Inner>,
 }
@@ -118,7 +149,8 @@ impl Communicator {
     /// same either way.
     ///
     /// Without a ring order in `config`, the ring follows the links between
-    /// the devices (see [`ring_from_topology`]); ring neighbours on two
+    /// the devices, as `cuDeviceGetP2PAttribute` ranks them (ordinal order
+    /// when all links are equal); ring neighbours on two
     /// devices that cannot reach each other are [`Error::NoPeerAccess`].
     pub fn with_placement(devices: &[usize], config: CommConfig) -> Result<Self> {
         let k = devices.len();
@@ -206,14 +238,17 @@ impl Communicator {
         d.iter().any(|&x| x != d[0])
     }
 
+    /// Ranks in the communicator.
     pub fn k(&self) -> usize {
         self.inner.state.ring.len()
     }
 
+    /// The ring the collectives run on.
     pub fn ring_order(&self) -> &RingOrder {
         &self.inner.state.ring
     }
 
+    /// The configuration it was created with.
     pub fn config(&self) -> &CommConfig {
         &self.inner.state.config
     }

@@ -1,7 +1,8 @@
 //! The GPU side: driver access, the embedded kernels and the communicator.
 
 mod comm;
-pub mod driver;
+mod driver;
+#[doc(hidden)]
 pub mod module;
 
 pub use comm::{Communicator, RawBuffers, RsBuffers};
