@@ -503,6 +503,20 @@ fn main() {
             "--example",
             "reduce_scatter",
         ])),
+        "bench" if args.iter().any(|a| a == "--help" || a == "-h") => exec(
+            // Help needs no release build.
+            Command::new(cargo())
+                .current_dir(&root)
+                .args([
+                    "run",
+                    "-p",
+                    "ringreduce-bench",
+                    "--bin",
+                    "ringreduce-bench",
+                    "--",
+                ])
+                .args(args),
+        ),
         "bench" => {
             let bins = build_tools(&root, &target_dir(&root), Profile::Release);
             exec(Command::new(bins.join("ringreduce-bench")).args(args))
