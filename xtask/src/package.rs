@@ -1,0 +1,77 @@
+//! `package-check`: the published crates as a user outside the workspace,
+//! on stable Rust, gets them.
+
+use crate::util::{cargo, check, copy, fail, target_dir};
+use std::path::Path;
+use std::process::Command;
+
+/// The crates a user's build needs, in dependency order.
+const PUBLISHED: [&str; 3] = ["ringreduce-kernels", "ringreduce-build", "ringreduce"];
+
+/// Packages the published crates (cargo verifies each by building it from
+/// its package), then builds and runs `xtask/user-crate` on stable against
+/// them, outside the workspace and its toolchain file.
+pub fn cmd_package_check(root: &Path) {
+    let mut c = Command::new(cargo());
+    c.current_dir(root).args(["package", "--allow-dirty"]);
+    for p in PUBLISHED {
+        c.args(["-p", p]);
+    }
+    check(&mut c);
+    let work = std::env::temp_dir().join("ringreduce-package-check");
+    let _ = std::fs::remove_dir_all(work.join("crates"));
+    let crates = work.join("crates");
+    let user = work.join("user");
+    std::fs::create_dir_all(&crates).unwrap_or_else(|e| fail(e));
+    std::fs::create_dir_all(user.join("src")).unwrap_or_else(|e| fail(e));
+    let version = env!("CARGO_PKG_VERSION");
+    let mut patch = String::new();
+    for p in PUBLISHED {
+        let file = target_dir(root)
+            .join("package")
+            .join(format!("{p}-{version}.crate"));
+        check(
+            Command::new("tar")
+                .arg("xzf")
+                .arg(&file)
+                .arg("-C")
+                .arg(&crates),
+        );
+        patch += &format!(
+            "{p} = {{ path = {:?} }}\n",
+            crates.join(format!("{p}-{version}"))
+        );
+    }
+    let manifest = format!(
+        "[package]\nname = \"ringreduce-user\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n\
+         [dependencies]\nringreduce = \"{version}\"\n\n[patch.crates-io]\n{patch}\n\
+         # Not part of any workspace around it.\n[workspace]\n"
+    );
+    std::fs::write(user.join("Cargo.toml"), manifest).unwrap_or_else(|e| fail(e));
+    copy(
+        &root.join("xtask/user-crate/src/main.rs"),
+        &user.join("src/main.rs"),
+    );
+    // Stable through rustup's proxy, with none of this cargo's settings.
+    let mut run = Command::new("cargo");
+    run.current_dir(&user)
+        .env("RUSTUP_TOOLCHAIN", "stable")
+        .args(["run"]);
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().into_owned();
+        if k.starts_with("CARGO") && k != "CARGO_HOME"
+            || ["RUSTC", "RUSTDOC", "RUSTFLAGS", "RUSTC_WRAPPER"].contains(&k.as_str())
+        {
+            run.env_remove(k);
+        }
+    }
+    println!("package-check: building {} on stable", user.display());
+    let out = run.output().unwrap_or_else(|e| fail(format!("cargo: {e}")));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    print!("{stdout}");
+    if !out.status.success() || !stdout.contains(", 0 wrong") {
+        fail("the user crate did not build or run on stable");
+    }
+    println!("package-check: ok");
+}

@@ -1,0 +1,128 @@
+//! `sass`: register counts and SASS of the embedded PTX, with NVIDIA's
+//! ptxas and cuobjdump from their PyPI wheels, no GPU needed.
+
+use crate::util::{cargo, check, copy, fail, target_dir};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub fn cmd_sass(root: &Path, args: Vec<String>) {
+    let mut arch = "sm_90".to_string();
+    let mut entries = Vec::new();
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        if a == "--arch" {
+            arch = it.next().unwrap_or_else(|| fail("--arch needs a value"));
+        } else {
+            entries.push(a);
+        }
+    }
+    if entries.is_empty() {
+        entries = vec![
+            "ringreduce_rs_float_sum".into(),
+            "ringreduce_reduce_block".into(),
+        ];
+    }
+    let tools = target_dir(root).join("cuda-tools");
+    let bin = tools.join("bin");
+    if !bin.join("ptxas").is_file() || !bin.join("cuobjdump").is_file() {
+        println!(
+            "sass: fetching NVIDIA's ptxas and cuobjdump wheels from PyPI into {}",
+            tools.display()
+        );
+        let wheels = tools.join("wheels");
+        check(
+            Command::new("python3")
+                .args(["-m", "pip", "download", "-q", "--no-deps", "-d"])
+                .arg(&wheels)
+                .args([
+                    "nvidia-cuda-nvcc",
+                    "nvidia-cuda-nvdisasm",
+                    "nvidia-cuda-cuobjdump",
+                ]),
+        );
+        std::fs::create_dir_all(&bin).unwrap_or_else(|e| fail(e));
+        for w in std::fs::read_dir(&wheels)
+            .unwrap_or_else(|e| fail(e))
+            .flatten()
+        {
+            check(
+                Command::new("python3")
+                    .args(["-m", "zipfile", "-e"])
+                    .arg(w.path())
+                    .arg(tools.join("x")),
+            );
+        }
+        for b in ["ptxas", "nvdisasm", "cuobjdump"] {
+            let found = find_file(&tools.join("x"), b)
+                .unwrap_or_else(|| fail(format!("no {b} in the wheels")));
+            copy(&found, &bin.join(b));
+            check(Command::new("chmod").arg("+x").arg(bin.join(b)));
+        }
+    }
+    check(
+        Command::new(cargo())
+            .current_dir(root)
+            .args(["build", "--release", "-p", "ringreduce"]),
+    );
+    let ptx = newest_ptx(&target_dir(root).join("release").join("build"))
+        .unwrap_or_else(|| fail("no kernels.ptx under target/release/build"));
+    println!("sass: {} for {arch}", ptx.display());
+    for e in entries {
+        let cubin = tools.join(format!("{e}.cubin"));
+        let out = Command::new(bin.join("ptxas"))
+            .args([&format!("-arch={arch}"), "-O3", "-v", "-e", &e])
+            .arg(&ptx)
+            .arg("-o")
+            .arg(&cubin)
+            .output()
+            .unwrap_or_else(|e| fail(format!("ptxas: {e}")));
+        let text = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() {
+            fail(format!("ptxas failed on {e}: {text}"));
+        }
+        for l in text.lines().filter(|l| l.contains("Used")) {
+            println!("{e}: {}", l.trim_start_matches("ptxas info    : "));
+        }
+        let sass = Command::new(bin.join("cuobjdump"))
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    bin.display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            )
+            .arg("-sass")
+            .arg(&cubin)
+            .output()
+            .unwrap_or_else(|e| fail(format!("cuobjdump: {e}")));
+        let file = tools.join(format!("{e}.sass"));
+        std::fs::write(&file, &sass.stdout).unwrap_or_else(|e| fail(e));
+        println!("{e}: SASS in {}", file.display());
+    }
+}
+
+fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            if let Some(f) = find_file(&p, name) {
+                return Some(f);
+            }
+        } else if p.file_name().is_some_and(|n| n == name) {
+            return Some(p);
+        }
+    }
+    None
+}
+
+/// The most recently built `ringreduce-*/out/kernels.ptx`.
+fn newest_ptx(build: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(build)
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("ringreduce-"))
+        .map(|e| e.path().join("out").join("kernels.ptx"))
+        .filter(|p| p.is_file())
+        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
+}
