@@ -5,7 +5,7 @@ use crate::report::Ceilings;
 use cudarc::driver::{
     sys, CudaContext, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
 };
-use ringreduce::internals::module::{
+use ringreduce::gpu::module::{
     module_for, COPY_BLOCK_KERNEL, COPY_GRID_KERNEL, PINGPONG_KERNEL, REDUCE_BLOCK_KERNEL,
 };
 use ringreduce::kernels::plan::BLOCK_THREADS;

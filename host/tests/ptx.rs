@@ -1,6 +1,6 @@
 //! The embedded PTX holds every kernel and calls nothing it does not define.
 
-use ringreduce::internals::module::{all_kernel_names, PTX};
+use ringreduce::gpu::module::{all_kernel_names, PTX};
 use ringreduce::kernels::plan::BLOCK_THREADS;
 
 #[test]
