@@ -72,7 +72,7 @@ struct Inner {
 /// sizing and the kernel code are the GPU's; only the [`Device`] differs.
 ///
 /// Unlike [`Communicator`](crate::Communicator), it takes host buffers
-/// ([`HostBuffer`] and its views) and no streams: each rank's worker thread
+/// ([`HostBuffer`](crate::HostBuffer) and its views) and no streams: each rank's worker thread
 /// is its stream, and the views' accessors wait for the queued work.
 ///
 /// ```
