@@ -10,20 +10,15 @@ pub enum Scope {
     Sys,
 }
 
-/// The few execution primitives the algorithm and its copy/reduce loops use.
-/// The GPU maps them to PTX ([`crate::arch::nvptx`]); the CPU execution maps
-/// them to OS threads, barriers and atomics.
+/// The block-internal handoff between the control lane and the producer
+/// lanes: the protocol verbs of the ring engine, apart from the machine's
+/// intrinsics ([`Device`]). The GPU maps them to shared words and named
+/// barriers; the CPU execution to barriers of OS threads.
 ///
 /// # Safety
 /// Implementations must give the memory-order guarantees documented per
-/// method; the flag protocol is only correct with them.
-pub unsafe trait Device {
-    /// This lane's index in the block: `0..THREADS` are producers, `THREADS`
-    /// is the control lane (every flag wait and signal).
-    fn thread_idx(&self) -> u64;
-    /// Barrier among all lanes, control lane included (the GPU's `bar 0`),
-    /// returning the OR of every lane's `pred`. Orders memory among them.
-    fn block_barrier_or(&self, pred: bool) -> bool;
+/// method; the engine is only correct with them.
+pub unsafe trait Handoff {
     /// Control lane: publishes the block's `failed` bit, then lets the
     /// producers into slice number `slice` (counted from 0 per collective),
     /// without waiting for them. Orders the control lane's earlier memory
@@ -42,6 +37,24 @@ pub unsafe trait Device {
     /// Control lane: waits until every producer reported the slice of
     /// `parity` done. Orders their stores before the control lane's fence.
     fn await_done(&self, parity: u64);
+}
+
+/// The few execution primitives the engine and its copy/reduce loops use.
+/// The GPU maps them to PTX ([`crate::arch::nvptx`]); the CPU execution maps
+/// them to OS threads and atomics.
+///
+/// # Safety
+/// Implementations must give the memory-order guarantees documented per
+/// method; the flag protocol is only correct with them.
+pub unsafe trait Device {
+    /// This lane's index in the block: `0..THREADS` are producers, `THREADS`
+    /// is the control lane (every flag wait and signal).
+    fn thread_idx(&self) -> u64;
+    /// This block's index in the grid: its channel.
+    fn block_idx(&self) -> u64;
+    /// Barrier among all lanes, control lane included (the GPU's `bar 0`),
+    /// returning the OR of every lane's `pred`. Orders memory among them.
+    fn block_barrier_or(&self, pred: bool) -> bool;
     /// A load that always reaches memory another agent may write.
     ///
     /// # Safety

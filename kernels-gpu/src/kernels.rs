@@ -1,14 +1,13 @@
-//! PTX entry points: one reduce-scatter kernel per (type, op), plus the
-//! three kernels the bench runner measures its ceilings with.
+//! PTX entry points: one kernel per (type, op), which runs every
+//! collective, plus the kernels the bench runner measures its ceilings
+//! with. The entries and the host's names come from one table
+//! ([`crate::for_each_type`]).
 
-use crate::algorithm::reduce_scatter;
+use crate::abi::{BLOCK_THREADS, GPU_THREADS};
 use crate::arch::nvptx::{block_idx, grid_dim, trap, Gpu};
-use crate::args::KernelArgs;
 use crate::device::{Device, Scope};
-use crate::op::{Avg, Max, Min, Prod, Sum};
-use crate::plan::{BLOCK_THREADS, GPU_THREADS};
-use crate::primitives::{transfer, COPY, REDUCE};
-use half::{bf16, f16};
+use crate::op::Sum;
+use crate::transfer::{transfer, COPY, REDUCE};
 
 type Block = Gpu<{ GPU_THREADS as u32 }>;
 
@@ -17,41 +16,31 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
     trap()
 }
 
-macro_rules! rs_kernels {
-    ($($name:ident: $t:ty, $op:ty;)*) => {$(
-        #[no_mangle]
-        pub unsafe extern "ptx-kernel" fn $name(args: KernelArgs) {
-            reduce_scatter::<Block, $t, $op, GPU_THREADS>(&Block::default(), &args);
+/// One entry, in a module of its own so that its Rust name is unique.
+macro_rules! entry {
+    ($tn:ident, $t:ty, $dt:ident, $on:ident: $op:ident) => {
+        pub mod $on {
+            #[export_name = $crate::entry_name!($tn, $on)]
+            pub unsafe extern "ptx-kernel" fn entry(w: $crate::abi::Work) {
+                $crate::engine::run::<super::super::Block, $t, $crate::op::$op, { $crate::abi::GPU_THREADS }>(
+                    &super::super::Block::default(),
+                    &w,
+                );
+            }
+        }
+    };
+}
+
+macro_rules! entries {
+    ($($tn:ident: $t:ty => $dt:ident;)*) => {$(
+        #[allow(non_snake_case)]
+        pub mod $tn {
+            crate::for_each_op!(entry, $tn, $t, $dt);
         }
     )*};
 }
 
-macro_rules! rs_types {
-    ($($t:ident => $sum:ident $prod:ident $max:ident $min:ident $avg:ident;)*) => {$(
-        rs_kernels! {
-            $sum: $t, Sum;
-            $prod: $t, Prod;
-            $max: $t, Max;
-            $min: $t, Min;
-            $avg: $t, Avg;
-        }
-    )*};
-}
-
-// Names follow `ringreduce_rs_<type>_<op>`; the host builds them from
-// `DataType::name` and `Op::name`, and a host test checks every one exists.
-rs_types! {
-    i8 => ringreduce_rs_int8_sum ringreduce_rs_int8_prod ringreduce_rs_int8_max ringreduce_rs_int8_min ringreduce_rs_int8_avg;
-    u8 => ringreduce_rs_uint8_sum ringreduce_rs_uint8_prod ringreduce_rs_uint8_max ringreduce_rs_uint8_min ringreduce_rs_uint8_avg;
-    i32 => ringreduce_rs_int32_sum ringreduce_rs_int32_prod ringreduce_rs_int32_max ringreduce_rs_int32_min ringreduce_rs_int32_avg;
-    u32 => ringreduce_rs_uint32_sum ringreduce_rs_uint32_prod ringreduce_rs_uint32_max ringreduce_rs_uint32_min ringreduce_rs_uint32_avg;
-    i64 => ringreduce_rs_int64_sum ringreduce_rs_int64_prod ringreduce_rs_int64_max ringreduce_rs_int64_min ringreduce_rs_int64_avg;
-    u64 => ringreduce_rs_uint64_sum ringreduce_rs_uint64_prod ringreduce_rs_uint64_max ringreduce_rs_uint64_min ringreduce_rs_uint64_avg;
-    f16 => ringreduce_rs_half_sum ringreduce_rs_half_prod ringreduce_rs_half_max ringreduce_rs_half_min ringreduce_rs_half_avg;
-    bf16 => ringreduce_rs_bfloat16_sum ringreduce_rs_bfloat16_prod ringreduce_rs_bfloat16_max ringreduce_rs_bfloat16_min ringreduce_rs_bfloat16_avg;
-    f32 => ringreduce_rs_float_sum ringreduce_rs_float_prod ringreduce_rs_float_max ringreduce_rs_float_min ringreduce_rs_float_avg;
-    f64 => ringreduce_rs_double_sum ringreduce_rs_double_prod ringreduce_rs_double_max ringreduce_rs_double_min ringreduce_rs_double_avg;
-}
+crate::for_each_type!(entries);
 
 /// One block copying `n` `u64`s with the reduce-scatter's own copy loop:
 /// the ceiling of one-block mode.
@@ -61,9 +50,10 @@ pub unsafe extern "ptx-kernel" fn ringreduce_copy_block(dst: u64, src: u64, n: u
     let tid = g.thread_idx();
     if tid < GPU_THREADS {
         let s = src as *const u64;
-        transfer::<Block, u64, Sum, GPU_THREADS, COPY>(
+        transfer::<Block, u64, Sum, GPU_THREADS, COPY, false>(
             &g,
             tid,
+            dst as *mut u64,
             dst as *mut u64,
             s,
             s,
@@ -107,7 +97,7 @@ pub unsafe extern "ptx-kernel" fn ringreduce_reduce_block(dst: u64, a: u64, b: u
     let tid = g.thread_idx();
     if tid < GPU_THREADS {
         let (d, a, b) = (dst as *mut f32, a as *const f32, b as *const f32);
-        transfer::<Block, f32, Sum, GPU_THREADS, REDUCE>(&g, tid, d, a, b, n, true, 1, 0);
+        transfer::<Block, f32, Sum, GPU_THREADS, REDUCE, false>(&g, tid, d, d, a, b, n, true, 1, 0);
     }
 }
 

@@ -1,13 +1,17 @@
-//! The ring reduce-scatter of `ringreduce`, written once.
+//! The ring collectives of `ringreduce`, written once.
 //!
 //! This crate is `no_std` and compiles for two targets:
-//! * `nvptx64-nvidia-cuda`, where [`arch::nvptx`] maps the [`Device`] trait to
-//!   PTX and `kernels` exports one entry point per (type, op);
-//! * the host, where `ringreduce` implements [`Device`] with OS threads and
-//!   runs the very same [`algorithm::reduce_scatter`] (the CPU execution).
+//! * `nvptx64-nvidia-cuda`, where [`arch::nvptx`] maps the [`Device`] and
+//!   [`Handoff`] traits to PTX and `kernels` exports one entry point per
+//!   (type, op);
+//! * the host, where `ringreduce` implements them with OS threads and runs
+//!   the very same [`engine::run`] (the CPU execution).
 //!
-//! The kernel-argument struct ([`KernelArgs`]) and every sizing and padding
-//! rule ([`plan`]) live here, so host and kernel cannot disagree on them.
+//! It reads top down: a collective's [`schedule`], the ring [`engine`] that
+//! runs any schedule, the step [`primitives`] and their one [`transfer`]
+//! loop, the [`flags`] protocol, and the [`Device`] intrinsics. The ABI
+//! ([`abi`]) and every sizing and padding rule ([`plan`]) live here, so
+//! host and kernel cannot disagree on them.
 #![no_std]
 #![cfg_attr(
     target_arch = "nvptx64",
@@ -18,21 +22,26 @@
 /// from here, in the workspace and from a registry alike.
 pub const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
 
-pub mod algorithm;
+pub mod abi;
 pub mod arch;
-pub mod args;
 pub mod device;
 pub mod element;
+pub mod engine;
+pub mod flags;
 pub mod op;
 pub mod plan;
 pub mod primitives;
 pub mod ring;
+pub mod schedule;
+pub mod transfer;
 
 #[cfg(target_arch = "nvptx64")]
 mod kernels;
 
-pub use args::{KernelArgs, StatusRecord, WaitKind, WaitOutcome};
-pub use device::{Device, Scope};
+pub use abi::{
+    ChannelConn, Collective, RankConn, StatusRecord, WaitKind, WaitOutcome, Work,
+};
+pub use device::{Device, Handoff, Scope};
 pub use element::{DataType, Element};
 pub use op::{Avg, Max, Min, Op, Prod, ReduceOp, Sum};
-pub use plan::{PlanError, Sizing};
+pub use plan::{Chunking, Geometry, PlanError, Sizing};

@@ -10,143 +10,160 @@ pub const UNROLL: u64 = 8;
 /// Width of the vector accesses of the fast path. 16 bytes is the widest
 /// single load or store a thread can issue.
 pub const PACK_BYTES: u64 = 16;
-/// Producer threads per rank on the GPU (the block has one more: the
-/// control lane).
-pub const GPU_THREADS: u64 = 256;
-/// Threads per block of every kernel: the producers and the control lane.
-/// The launches, the launch bounds `build.rs` writes and the bench's
-/// ceilings all use this one figure.
-pub const BLOCK_THREADS: u32 = GPU_THREADS as u32 + 1;
-/// Producer threads per rank in the CPU execution: small, so that each lane
-/// can be an OS thread, but more than one so that the striding and the
-/// barriers are exercised.
-pub const CPU_THREADS: u64 = 4;
-/// Default staging buffer per rank, as in NCCL 1.x.
+/// Slots in each channel's staging ring. A sender may run this many slices
+/// ahead of its successor's consumption; it must be at least
+/// `2 * NUM_SUBCHUNKS` for the control lane's one-slice lookahead to stay
+/// deadlock-free (see `engine`), and 8 keeps the slot of a 2 MiB buffer at
+/// the 256 KiB that one block moves best (`bench/NOTES.md`).
+pub const STAGING_SLOTS: u64 = 8;
+/// Default staging buffer per channel, as in NCCL 1.x.
 pub const DEFAULT_BUFFER_BYTES: u64 = 2 << 20;
+
+const _: () = assert!(STAGING_SLOTS >= 2 * NUM_SUBCHUNKS);
 
 /// Why a collective cannot be planned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlanError {
-    /// No ranks.
-    ZeroRanks,
     /// Element sizes must be 1, 2, 4 or 8 bytes.
     BadElementSize(u64),
-    /// The staging buffer cannot hold one unrolled slice (plus padding) per
-    /// block and subchunk.
+    /// The staging buffer cannot hold one unrolled tile (plus padding) per
+    /// slot.
     BufferTooSmall { need: u64, have: u64 },
     /// A byte count does not fit in 64 bits.
     Overflow,
 }
 
-/// The sizing of one collective: what the kernel needs besides pointers.
+/// Bytes of one unrolled tile: every producer lane moves `UNROLL` packs.
+pub const fn tile_bytes(threads: u64) -> u64 {
+    UNROLL * threads * PACK_BYTES
+}
+
+/// The smallest staging buffer per channel: a tile and a pack per slot.
+pub const fn min_buffer_bytes(threads: u64) -> u64 {
+    STAGING_SLOTS * (tile_bytes(threads) + PACK_BYTES)
+}
+
+/// The staging slots of one call. They depend on the element size, the
+/// buffer and the padding, never on the message size, so a buffer that is
+/// big enough is big enough for every call.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Sizing {
-    /// Elements per block (`recvcount`).
-    pub n: u64,
-    /// Elements per slice of every chunk but the last.
-    pub slice_elems: u64,
-    /// `NUM_SUBCHUNKS * slice_elems`.
-    pub chunk_elems: u64,
-    pub num_chunks: u64,
     /// Elements in one unrolled tile (`UNROLL * threads * PACK_BYTES` bytes).
     pub tile_elems: u64,
-    /// Bytes between staging slots. It is the slice size before any halving
-    /// (so the larger last chunk still fits), plus one pack of padding when
-    /// the blocks' data starts off a pack boundary (see [`needs_padding`]).
+    /// Elements one slot holds: whole tiles.
+    pub slot_elems: u64,
+    /// Bytes between slots: `slot_elems` plus one pack of padding when
+    /// blocks start off a pack boundary (see [`needs_padding`]).
     pub slot_stride_bytes: u64,
 }
 
 impl Sizing {
-    /// Plans a collective over `k` ranks of `n` elements of `elem_size` bytes
-    /// per block, with `buffer_bytes` of staging per rank and `threads`
-    /// producer threads. `padded` reserves a pack per slot for the block
-    /// residues (see [`needs_padding`]).
+    /// Slots for `elem_size`-byte elements in `buffer_bytes` of staging per
+    /// channel, with `threads` producer lanes. `padded` reserves a pack per
+    /// slot for the block residues (see [`needs_padding`]).
     ///
     /// The buffer must hold one tile plus the padding per slot even when
     /// `padded` is false, so that whether a communicator's buffer is big
     /// enough never depends on the message size or the pointers.
     pub fn new(
-        k: u64,
-        n: u64,
         elem_size: u64,
         buffer_bytes: u64,
         threads: u64,
         padded: bool,
     ) -> Result<Sizing, PlanError> {
-        if k == 0 {
-            return Err(PlanError::ZeroRanks);
-        }
         if !matches!(elem_size, 1 | 2 | 4 | 8) {
             return Err(PlanError::BadElementSize(elem_size));
         }
         let threads = threads.max(1);
-        let tile_bytes = UNROLL
-            .checked_mul(threads)
-            .and_then(|x| x.checked_mul(PACK_BYTES))
-            .ok_or(PlanError::Overflow)?;
-        let tile_elems = tile_bytes / elem_size;
-        // Bytes of payload in a block must be addressable, and so must the
-        // whole send buffer of k blocks.
-        n.checked_mul(elem_size)
-            .and_then(|b| b.checked_mul(k))
-            .ok_or(PlanError::Overflow)?;
-        let slots = k.checked_mul(NUM_SUBCHUNKS).ok_or(PlanError::Overflow)?;
-        let need = (tile_bytes + PACK_BYTES)
-            .checked_mul(slots)
-            .ok_or(PlanError::Overflow)?;
-        let per_slot = buffer_bytes / slots;
-        if per_slot < tile_bytes + PACK_BYTES {
+        if threads > u32::MAX as u64 {
+            return Err(PlanError::Overflow);
+        }
+        let tile = tile_bytes(threads);
+        let per_slot = buffer_bytes / STAGING_SLOTS;
+        if per_slot < tile + PACK_BYTES {
             return Err(PlanError::BufferTooSmall {
-                need,
+                need: min_buffer_bytes(threads),
                 have: buffer_bytes,
             });
         }
-        // An unpadded 2 MiB buffer over 8 slots holds 8 tiles of 32 KiB per
-        // slice where a padded one holds 7: the 16 bytes would otherwise cost
-        // a whole tile, and an eighth more slices (each with its own flags).
+        // An unpadded 2 MiB buffer holds 8 tiles of 32 KiB per slot where a
+        // padded one holds 7: the 16 bytes would otherwise cost a whole tile.
         let pad = if padded { PACK_BYTES } else { 0 };
-        let slice_tiles = (per_slot - pad) / tile_bytes;
-        let slot_stride_bytes = slice_tiles * tile_bytes + pad;
-        let mut slice_elems = slice_tiles * tile_elems;
-        let mut chunk_elems = NUM_SUBCHUNKS * slice_elems;
-        let rem = n % chunk_elems;
-        let num_chunks = if n > chunk_elems
-            && rem > 0
-            && n < chunk_elems.saturating_mul(5)
-            && 2 * rem < chunk_elems
-            && slice_tiles >= 2
-        {
-            // One larger last chunk instead of a tiny one: halve the slices
-            // (in whole tiles) and round the chunk count down. The stride keeps
-            // the full slice size, which the larger last chunk needs.
-            slice_elems = (slice_tiles / 2) * tile_elems;
-            chunk_elems = NUM_SUBCHUNKS * slice_elems;
-            n / chunk_elems
-        } else {
-            n.div_ceil(chunk_elems)
-        };
+        let slot_tiles = (per_slot - pad) / tile;
         Ok(Sizing {
-            n,
-            slice_elems,
-            chunk_elems,
-            num_chunks,
-            tile_elems,
-            slot_stride_bytes,
+            tile_elems: tile / elem_size,
+            slot_elems: slot_tiles * (tile / elem_size),
+            slot_stride_bytes: slot_tiles * tile + pad,
         })
     }
 
-    /// Elements of each subchunk's slice in chunk `c`. Every chunk but the
-    /// last is two full slices. The last one is cut into whole tiles shared as
-    /// evenly as possible between the slices, the first slice taking the odd
-    /// tile and the second the sub-tile tail, so that the second slice starts
-    /// on a tile boundary and stays alignable.
+    /// Byte offset of the slot that slice number `seq` of a channel uses.
     #[inline]
-    pub fn slices(&self, c: u64) -> [u64; NUM_SUBCHUNKS as usize] {
-        if c + 1 < self.num_chunks {
+    pub fn slot_offset(&self, seq: u64) -> u64 {
+        (seq % STAGING_SLOTS) * self.slot_stride_bytes
+    }
+
+    /// Bytes of staging the slots span.
+    pub fn staging_bytes(&self) -> u64 {
+        STAGING_SLOTS * self.slot_stride_bytes
+    }
+}
+
+/// How one channel's share of a block is cut into chunks of
+/// `NUM_SUBCHUNKS` slices. Every block of a call uses the chunking of the
+/// longest, so every rank runs the same number of slices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Chunking {
+    /// Elements per slice of every chunk but the last.
+    pub slice_elems: u64,
+    /// `NUM_SUBCHUNKS * slice_elems`.
+    pub chunk_elems: u64,
+    pub num_chunks: u64,
+    pub tile_elems: u64,
+}
+
+impl Chunking {
+    /// Chunks for a share of at most `len` elements per block.
+    pub fn new(s: &Sizing, len: u64) -> Chunking {
+        let slot_tiles = s.slot_elems / s.tile_elems.max(1);
+        let mut slice_elems = s.slot_elems;
+        let mut chunk_elems = NUM_SUBCHUNKS * slice_elems;
+        let rem = len % chunk_elems;
+        let num_chunks = if len > chunk_elems
+            && rem > 0
+            && len < chunk_elems.saturating_mul(5)
+            && 2 * rem < chunk_elems
+            && slot_tiles >= 2
+        {
+            // One larger last chunk instead of a tiny one: halve the slices
+            // (in whole tiles) and round the chunk count down. The slot keeps
+            // the full size, which the larger last chunk needs.
+            slice_elems = (slot_tiles / 2) * s.tile_elems;
+            chunk_elems = NUM_SUBCHUNKS * slice_elems;
+            len / chunk_elems
+        } else {
+            len.div_ceil(chunk_elems)
+        };
+        Chunking {
+            slice_elems,
+            chunk_elems,
+            num_chunks,
+            tile_elems: s.tile_elems,
+        }
+    }
+
+    /// Elements of each subchunk's slice in chunk `c` of a share of `len`
+    /// elements. A full chunk is two full slices. A short one is cut into
+    /// whole tiles shared as evenly as possible between the slices, the
+    /// first slice taking the odd tile and the second the sub-tile tail, so
+    /// that the second slice starts on a tile boundary and stays alignable.
+    #[inline]
+    pub fn slices(&self, c: u64, len: u64) -> [u64; NUM_SUBCHUNKS as usize] {
+        let left = len.saturating_sub(c * self.chunk_elems);
+        if c + 1 < self.num_chunks && left >= self.chunk_elems {
             return [self.slice_elems, self.slice_elems];
         }
-        let left = self.n - c * self.chunk_elems;
         let tiles = left / self.tile_elems;
         let tail = left % self.tile_elems;
         [
@@ -154,85 +171,139 @@ impl Sizing {
             (tiles / 2) * self.tile_elems + tail,
         ]
     }
+}
 
-    /// Byte offset of the staging slot for `block`, subchunk `sub`, before the
-    /// block's alignment residue is added.
-    #[inline]
-    pub fn slot_offset(&self, block: u64, sub: u64) -> u64 {
-        (block * NUM_SUBCHUNKS + sub) * self.slot_stride_bytes
+/// Where a call's data lies: the `k` blocks of the ring, and each channel's
+/// contiguous share of every block. No element's block depends on the
+/// number of channels, so neither does its fold order.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Geometry {
+    /// Elements over all blocks.
+    pub total: u64,
+    /// Elements of every block but the trailing ones (which may be shorter
+    /// or empty in an all-reduce).
+    pub block_elems: u64,
+    /// Elements between blocks in the input (0: only the own block is read).
+    pub in_stride: u64,
+    /// Elements between blocks in the output (0: only the own block is
+    /// written).
+    pub out_stride: u64,
+    /// Elements of a block each channel moves: whole tiles, so every
+    /// channel's data keeps the block's alignment.
+    pub share: u64,
+}
+
+impl Geometry {
+    /// The blocks of `collective` over `k` ranks with `n` elements per rank
+    /// (the receive count of a reduce-scatter, the send count of the
+    /// others), cut into `channels` shares of whole tiles.
+    pub fn new(
+        collective: crate::abi::Collective,
+        k: u64,
+        n: u64,
+        elem_size: u64,
+        tile_elems: u64,
+        channels: u64,
+    ) -> Geometry {
+        use crate::abi::Collective::*;
+        let (total, block_elems, in_stride, out_stride) = match collective {
+            ReduceScatter => (k * n, n, n, 0),
+            AllGather => (k * n, n, 0, n),
+            AllReduce => {
+                // Blocks of whole packs, so every block keeps the buffers'
+                // alignment; the last ones take what is left.
+                let lanes = PACK_BYTES / elem_size;
+                let b = n.div_ceil(k.max(1)).div_ceil(lanes) * lanes;
+                (n, b, b, b)
+            }
+        };
+        let share = block_elems
+            .div_ceil(channels.max(1))
+            .div_ceil(tile_elems.max(1))
+            * tile_elems.max(1);
+        Geometry {
+            total,
+            block_elems,
+            in_stride,
+            out_stride,
+            share,
+        }
     }
 
-    /// Bytes of staging the plan touches at most: `2k` slots.
-    pub fn staging_bytes(&self, k: u64) -> u64 {
-        k * NUM_SUBCHUNKS * self.slot_stride_bytes
+    /// Elements of block `b`.
+    #[inline]
+    pub fn block_len(&self, b: u64) -> u64 {
+        self.block_elems
+            .min(self.total.saturating_sub(b * self.block_elems))
     }
 
-    /// The "new data" flag value after (chunk, step, sub) was pushed.
+    /// Channel `ch`'s share of a block of `len` elements: (offset, length).
     #[inline]
-    pub fn new_data_value(k: u64, chunk: u64, step: u64, sub: u64) -> u64 {
-        NUM_SUBCHUNKS * (chunk * k + step) + sub + 1
+    pub fn channel_part(&self, ch: u64, len: u64) -> (u64, u64) {
+        let off = ch * self.share;
+        (off, self.share.min(len.saturating_sub(off)))
     }
 
-    /// The "chunk done" flag value after the successor finished (chunk, sub).
+    /// The longest share channel `ch` has of any block (block 0's).
     #[inline]
-    pub fn chunk_done_value(chunk: u64, sub: u64) -> u64 {
-        NUM_SUBCHUNKS * chunk + sub + 1
-    }
-
-    /// The last "new data" value the predecessor writes in a collective.
-    #[inline]
-    pub fn final_new_data_value(&self, k: u64) -> u64 {
-        NUM_SUBCHUNKS * self.num_chunks * k
+    pub fn channel_len(&self, ch: u64) -> u64 {
+        self.channel_part(ch, self.block_len(0)).1
     }
 }
 
 /// Whether staging slots need a pack of padding: only on the wide-pack path
-/// (`send_residue` is `Some`, see [`common_residue`]) and only when some
-/// block's data starts off a pack boundary, since a slot's data starts at its
-/// block's residue. With `k >= 2` that is when the sends are misaligned or a
-/// block is not a whole number of packs. The scalar path starts every slot's
-/// data at its beginning.
+/// (`residue` is `Some`, see [`common_residue`]) and only when some block's
+/// data starts off a pack boundary, since a slot's data starts at its
+/// block's residue. With `k >= 2` that is when the buffers are misaligned or
+/// a block is not a whole number of packs. The scalar path starts every
+/// slot's data at its beginning.
 #[inline]
-pub fn needs_padding(send_residue: Option<u64>, n: u64, elem_size: u64) -> bool {
-    match send_residue {
+pub fn needs_padding(residue: Option<u64>, block_elems: u64, elem_size: u64) -> bool {
+    match residue {
         Some(r) => {
-            !r.is_multiple_of(PACK_BYTES) || !n.wrapping_mul(elem_size).is_multiple_of(PACK_BYTES)
+            !r.is_multiple_of(PACK_BYTES)
+                || !block_elems.wrapping_mul(elem_size).is_multiple_of(PACK_BYTES)
         }
         None => false,
     }
 }
 
-/// Alignment residue of block `block` in the staging buffer: the byte offset
-/// modulo [`PACK_BYTES`] at which that block's data starts in every rank's
-/// input. Only meaningful when the collective is aligned (see
-/// [`common_residue`]); wrapping arithmetic is exact modulo 2^64, and 2^64 is
-/// a multiple of the pack size.
+/// Alignment residue of block `block`: the byte offset modulo
+/// [`PACK_BYTES`] at which that block's data starts in every rank's
+/// buffers, and so in the staging slots. Only meaningful when the call is
+/// aligned (see [`common_residue`]); wrapping arithmetic is exact modulo
+/// 2^64, and 2^64 is a multiple of the pack size.
 #[inline]
-pub fn block_residue(send_residue: u64, block: u64, n: u64, elem_size: u64) -> u64 {
-    send_residue.wrapping_add(block.wrapping_mul(n).wrapping_mul(elem_size)) % PACK_BYTES
+pub fn block_residue(residue: u64, block: u64, block_elems: u64, elem_size: u64) -> u64 {
+    residue.wrapping_add(block.wrapping_mul(block_elems).wrapping_mul(elem_size)) % PACK_BYTES
 }
 
-/// Decides whether the wide-pack path can run. It can when every rank's
-/// `send` has the same address modulo [`PACK_BYTES`] (so block `b` starts at
-/// the same residue on every rank, and its staging slot can share it), and
-/// each user rank's `recv` has the residue of its own block. Returns that
-/// common send residue, or `None` when the pointers can never be brought into
-/// alignment and the scalar path must run.
+/// Decides whether the wide-pack path can run, and returns the common
+/// residue of block 0 when it can (`None`: the scalar path must run).
 ///
-/// `ranks` yields `(user_rank, send_addr, recv_addr)`.
-pub fn common_residue<I>(ranks: I, n: u64, elem_size: u64) -> Option<u64>
+/// Each rank has a *strided* buffer, which holds every block (the input of
+/// a reduce-scatter, the output of an all-gather, both buffers of an
+/// all-reduce), and an *own* buffer, which holds only its own block.
+/// Block `b` sits at the same residue on every rank when all strided
+/// buffers share their address modulo [`PACK_BYTES`], and each user rank's
+/// own buffer must start at its own block's residue. Then every transfer's
+/// pointers agree modulo the pack size, and so do the staging slots.
+///
+/// `ranks` yields `(user_rank, strided_addr, own_addr)`.
+pub fn common_residue<I>(ranks: I, block_elems: u64, elem_size: u64) -> Option<u64>
 where
     I: IntoIterator<Item = (u64, u64, u64)>,
 {
     let mut common = None;
-    for (user, send, recv) in ranks {
-        let s = send % PACK_BYTES;
+    for (user, strided, own) in ranks {
+        let s = strided % PACK_BYTES;
         match common {
             None => common = Some(s),
             Some(c) if c != s => return None,
             _ => {}
         }
-        if recv % PACK_BYTES != block_residue(s, user, n, elem_size) {
+        if own % PACK_BYTES != block_residue(s, user, block_elems, elem_size) {
             return None;
         }
     }
@@ -242,22 +313,24 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::abi::{Collective, CPU_THREADS, GPU_THREADS};
 
     #[test]
-    fn default_buffer_four_ranks_f32() {
-        let s = Sizing::new(4, 1 << 26, 4, DEFAULT_BUFFER_BYTES, GPU_THREADS, true).unwrap();
+    fn default_buffer_f32() {
+        let s = Sizing::new(4, DEFAULT_BUFFER_BYTES, GPU_THREADS, true).unwrap();
         // 2 MiB / 8 slots = 256 KiB per slot; minus a pack, rounded down to
         // 32 KiB tiles: 7 tiles.
         assert_eq!(s.tile_elems, 8192);
-        assert_eq!(s.slice_elems, 7 * 8192);
+        assert_eq!(s.slot_elems, 7 * 8192);
         assert_eq!(s.slot_stride_bytes, 7 * 32768 + 16);
-        assert!(s.staging_bytes(4) <= DEFAULT_BUFFER_BYTES);
-        assert_eq!(s.num_chunks, (1u64 << 26).div_ceil(2 * 7 * 8192));
+        assert!(s.staging_bytes() <= DEFAULT_BUFFER_BYTES);
+        let c = Chunking::new(&s, 1 << 26);
+        assert_eq!(c.num_chunks, (1u64 << 26).div_ceil(2 * 7 * 8192));
         // Aligned blocks need no padding: the whole 8 tiles fit.
-        let s = Sizing::new(4, 1 << 26, 4, DEFAULT_BUFFER_BYTES, GPU_THREADS, false).unwrap();
-        assert_eq!(s.slice_elems, 8 * 8192);
-        assert_eq!(s.slot_stride_bytes, 8 * 32768);
-        assert_eq!(s.staging_bytes(4), DEFAULT_BUFFER_BYTES);
+        let s = Sizing::new(4, DEFAULT_BUFFER_BYTES, GPU_THREADS, false).unwrap();
+        assert_eq!(s.slot_elems, 8 * 8192);
+        assert_eq!(s.staging_bytes(), DEFAULT_BUFFER_BYTES);
+        assert_eq!(s.slot_offset(9), s.slot_stride_bytes);
     }
 
     #[test]
@@ -275,58 +348,96 @@ mod tests {
         let t = 8192u64;
         let chunk = 14 * t;
         let n = 2 * chunk + chunk / 4;
-        let s = Sizing::new(4, n, 4, DEFAULT_BUFFER_BYTES, GPU_THREADS, true).unwrap();
-        assert_eq!(s.slice_elems, 3 * t);
-        assert_eq!(s.chunk_elems, 6 * t);
-        assert_eq!(s.num_chunks, n / (6 * t));
-        let last = s.slices(s.num_chunks - 1);
+        let s = Sizing::new(4, DEFAULT_BUFFER_BYTES, GPU_THREADS, true).unwrap();
+        let c = Chunking::new(&s, n);
+        assert_eq!(c.slice_elems, 3 * t);
+        assert_eq!(c.chunk_elems, 6 * t);
+        assert_eq!(c.num_chunks, n / (6 * t));
+        let last = c.slices(c.num_chunks - 1, n);
         assert_eq!(
             last.iter().sum::<u64>(),
-            n - (s.num_chunks - 1) * s.chunk_elems
+            n - (c.num_chunks - 1) * c.chunk_elems
         );
         assert!(last[0] * 4 + PACK_BYTES <= s.slot_stride_bytes);
     }
 
     #[test]
     fn last_chunk_split_evenly_in_tiles() {
-        let s = Sizing::new(2, 5 * 512 + 3, 1, 1 << 20, CPU_THREADS, true).unwrap();
+        let s = Sizing::new(1, 1 << 20, CPU_THREADS, true).unwrap();
         assert_eq!(s.tile_elems, 512);
-        assert_eq!(s.num_chunks, 1);
-        assert_eq!(s.slices(0), [3 * 512, 2 * 512 + 3]);
-        let s = Sizing::new(2, 100, 1, 1 << 20, CPU_THREADS, true).unwrap();
-        assert_eq!(s.slices(0), [0, 100]);
+        let c = Chunking::new(&s, 5 * 512 + 3);
+        assert_eq!(c.num_chunks, 1);
+        assert_eq!(c.slices(0, 5 * 512 + 3), [3 * 512, 2 * 512 + 3]);
+        assert_eq!(Chunking::new(&s, 100).slices(0, 100), [0, 100]);
+        // A shorter block in the same chunking: what it has, in tiles.
+        assert_eq!(c.slices(0, 700), [512, 188]);
+        assert_eq!(c.slices(1, 700), [0, 0]);
     }
 
     #[test]
     fn errors() {
         assert_eq!(
-            Sizing::new(0, 1, 4, 1 << 21, 256, true),
-            Err(PlanError::ZeroRanks)
-        );
-        assert_eq!(
-            Sizing::new(2, 1, 3, 1 << 21, 256, true),
+            Sizing::new(3, 1 << 21, 256, true),
             Err(PlanError::BadElementSize(3))
         );
         assert_eq!(
-            Sizing::new(64, 1, 4, 1 << 21, 256, false),
+            Sizing::new(4, 1 << 17, 256, false),
             Err(PlanError::BufferTooSmall {
-                need: 128 * (32768 + 16),
-                have: 1 << 21
+                need: 8 * (32768 + 16),
+                have: 1 << 17
             })
         );
-        assert_eq!(
-            Sizing::new(4, u64::MAX / 8, 8, 1 << 21, 256, true),
-            Err(PlanError::Overflow)
-        );
+        assert_eq!(min_buffer_bytes(256), 8 * (32768 + 16));
+    }
+
+    #[test]
+    fn geometry_of_each_collective() {
+        let g = Geometry::new(Collective::ReduceScatter, 4, 10, 4, 512, 1);
+        assert_eq!((g.total, g.block_elems, g.in_stride, g.out_stride), (40, 10, 10, 0));
+        let g = Geometry::new(Collective::AllGather, 4, 10, 4, 512, 1);
+        assert_eq!((g.total, g.block_elems, g.in_stride, g.out_stride), (40, 10, 0, 10));
+        // 1000 f32 over 8 ranks: blocks of 128 (whole packs), the last 104.
+        let g = Geometry::new(Collective::AllReduce, 8, 1000, 4, 512, 1);
+        assert_eq!(g.block_elems, 128);
+        assert_eq!(g.block_len(6), 128);
+        assert_eq!(g.block_len(7), 104);
+        // Fewer elements than ranks: block 0 has them all.
+        let g = Geometry::new(Collective::AllReduce, 8, 3, 4, 512, 1);
+        assert_eq!((g.block_len(0), g.block_len(1), g.block_len(7)), (3, 0, 0));
+    }
+
+    #[test]
+    fn channels_cover_every_block_once_in_whole_tiles() {
+        for ch in 1..=5u64 {
+            for n in [0u64, 1, 511, 512, 513, 5000, 40_000] {
+                for coll in Collective::ALL {
+                    let g = Geometry::new(coll, 3, n, 4, 512, ch);
+                    assert_eq!(g.share % 512, 0);
+                    for b in 0..3 {
+                        let len = g.block_len(b);
+                        let mut next = 0;
+                        for c in 0..ch {
+                            let (off, l) = g.channel_part(c, len);
+                            if l > 0 {
+                                assert_eq!(off, next);
+                                next += l;
+                            }
+                            assert!(l <= g.channel_len(c));
+                        }
+                        assert_eq!(next, len, "{coll:?} n={n} C={ch} block {b}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
     fn residues() {
         // Aligned buffers: common residue 0.
         assert_eq!(common_residue([(0, 0, 0), (1, 256, 512)], 4, 4), Some(0));
-        // Sends disagree: scalar.
+        // Strided buffers disagree: scalar.
         assert_eq!(common_residue([(0, 0, 0), (1, 4, 16)], 4, 4), None);
-        // recv of user 1 must sit at residue 4*4 % 16 = 0 for n = 4 f32; n=1 → 4.
+        // own of user 1 must sit at residue 4*4 % 16 = 0 for n = 4 f32; n=1 → 4.
         assert_eq!(common_residue([(0, 0, 0), (1, 64, 4)], 1, 4), Some(0));
         assert_eq!(common_residue([(0, 0, 0), (1, 64, 8)], 1, 4), None);
     }

@@ -7,7 +7,8 @@
 /// block one position on.
 #[inline]
 pub fn ring_index_for_step(k: u64, pos: u64, step: u64) -> u64 {
-    // step < k and pos < k, so 2k - 1 - step + pos never underflows.
+    // step < 2k - 1 (an all-reduce's steps) and pos < k, so
+    // 2k - 1 - step + pos never underflows.
     (2 * k + pos - 1 - step) % k
 }
 

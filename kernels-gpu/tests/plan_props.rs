@@ -1,60 +1,56 @@
 //! Property tests of the sizing and ring rules: coverage, bounds, alignment.
 
 use proptest::prelude::*;
+use ringreduce_kernels::abi::{Collective, CPU_THREADS, GPU_THREADS};
 use ringreduce_kernels::plan::{
-    block_residue, common_residue, PlanError, Sizing, CPU_THREADS, GPU_THREADS, NUM_SUBCHUNKS,
-    PACK_BYTES,
+    block_residue, common_residue, Chunking, Geometry, PlanError, Sizing, NUM_SUBCHUNKS,
+    PACK_BYTES, STAGING_SLOTS,
 };
 use ringreduce_kernels::ring::{block_for_step, ring_index_for_step};
 
-/// Checks one chunk's slices: they tile the chunk, every slice but the
-/// last of the collective starts on a tile boundary (so it keeps the
-/// block's residue), and every slot access stays inside the staging buffer.
-/// Unpadded plans are only used when every residue is 0.
-fn check_chunk(
+/// Checks every slice of one block's share of one channel, or the first
+/// and last chunks when there are many: they tile the share in order, each
+/// starts on a tile boundary (so it keeps the block's residue), and each
+/// fits its slot, padding included. Returns the elements covered.
+fn check_share(
     s: &Sizing,
-    k: u64,
-    c: u64,
+    chunks: &Chunking,
+    len: u64,
     elem: u64,
-    buffer: u64,
-    off_expected: u64,
     padded: bool,
-) -> u64 {
-    let residues: &[u64] = if padded {
-        &[0, PACK_BYTES - elem]
+) -> Result<u64, TestCaseError> {
+    let residue = if padded { PACK_BYTES - elem } else { 0 };
+    let n = chunks.num_chunks;
+    let walk: Vec<u64> = if n <= 256 {
+        (0..n).collect()
     } else {
-        &[0]
+        (0..4).chain(n - 4..n).collect()
     };
-    let sl = s.slices(c);
-    let mut off = off_expected;
-    assert_eq!(
-        off,
-        c * s.chunk_elems,
-        "chunk {c} starts where the previous ended"
-    );
-    for (sub, &len) in sl.iter().enumerate() {
-        assert_eq!(
-            (off * elem) % PACK_BYTES,
-            0,
-            "slice start keeps the residue"
-        );
-        for b in [0, k - 1] {
-            for &residue in residues {
-                let end = s.slot_offset(b, sub as u64) + residue + len * elem;
-                assert!(end <= s.staging_bytes(k), "slot end {end} past staging");
-                // A slot never runs into the next one.
-                assert!(residue + len * elem <= s.slot_stride_bytes);
+    let mut covered = 0;
+    for c in walk {
+        let sl = chunks.slices(c, len);
+        let mut off = c * chunks.chunk_elems;
+        for &l in &sl {
+            if l > 0 {
+                prop_assert_eq!(off % chunks.tile_elems, 0, "slice start keeps the residue");
+                prop_assert!(residue + l * elem <= s.slot_stride_bytes, "slice overruns its slot");
             }
+            off += l;
         }
-        off += len;
+        prop_assert!(off - c * chunks.chunk_elems <= len.saturating_sub(c * chunks.chunk_elems));
+        if sl.iter().sum::<u64>() > 0 {
+            // Where the last non-empty chunk ends.
+            covered = off;
+        }
     }
-    assert!(s.staging_bytes(k) <= buffer);
-    off
+    Ok(covered)
 }
 
 fn check_plan(
+    coll: Collective,
     k: u64,
     n: u64,
+    channels: u64,
     elem: u64,
     buffer: u64,
     threads: u64,
@@ -62,75 +58,74 @@ fn check_plan(
 ) -> Result<(), TestCaseError> {
     // The buffer check is the same with or without padding.
     prop_assert_eq!(
-        Sizing::new(k, n, elem, buffer, threads, padded).is_ok(),
-        Sizing::new(k, n, elem, buffer, threads, !padded).is_ok()
+        Sizing::new(elem, buffer, threads, padded).is_ok(),
+        Sizing::new(elem, buffer, threads, !padded).is_ok()
     );
-    match Sizing::new(k, n, elem, buffer, threads, padded) {
+    let s = match Sizing::new(elem, buffer, threads, padded) {
         Err(PlanError::BufferTooSmall { need, have }) => {
             prop_assert_eq!(have, buffer);
             prop_assert!(need > buffer);
             // The error is honest: the stated need is enough.
-            prop_assert!(Sizing::new(k, n, elem, need, threads, padded).is_ok());
+            prop_assert!(Sizing::new(elem, need, threads, padded).is_ok());
+            return Ok(());
         }
-        Err(PlanError::Overflow) => {
-            prop_assert!(n.checked_mul(elem).and_then(|b| b.checked_mul(k)).is_none());
-        }
-        Err(e) => prop_assert!(false, "unexpected {:?}", e),
-        Ok(s) => {
-            prop_assert_eq!(s.chunk_elems, NUM_SUBCHUNKS * s.slice_elems);
-            prop_assert_eq!(s.slice_elems % s.tile_elems, 0);
-            prop_assert!(s.slice_elems > 0);
-            if n == 0 {
-                prop_assert_eq!(s.num_chunks, 0);
-                return Ok(());
-            }
-            // Total coverage, computed without walking every chunk.
-            let last = s.slices(s.num_chunks - 1);
-            prop_assert_eq!((s.num_chunks - 1) * s.chunk_elems + last[0] + last[1], n);
-            // Walk the first chunks and the last ones.
-            let walk: Vec<u64> = if s.num_chunks <= 64 {
-                (0..s.num_chunks).collect()
-            } else {
-                (0..4).chain(s.num_chunks - 4..s.num_chunks).collect()
-            };
-            for c in walk {
-                check_chunk(&s, k, c, elem, buffer, c * s.chunk_elems, padded);
-            }
-            // The remainder rule: with 2-4 chunks and a remainder under half
-            // a chunk, the slices halve and the last chunk absorbs the rest.
-            let base = Sizing::new(k, 0, elem, buffer, threads, padded).unwrap();
-            let c = base.chunk_elems;
-            let rem = n % c;
-            let halve = n > c
-                && rem > 0
-                && n < 5 * c
-                && 2 * rem < c
-                && base.slice_elems >= 2 * base.tile_elems;
-            if halve {
-                prop_assert!(s.chunk_elems < c);
-                prop_assert!(last[0] + last[1] >= s.chunk_elems, "no tiny last chunk");
-            } else {
-                prop_assert_eq!(s.chunk_elems, c);
-            }
-        }
+        Err(e) => return Err(TestCaseError::fail(format!("unexpected {e:?}"))),
+        Ok(s) => s,
+    };
+    prop_assert_eq!(s.slot_elems % s.tile_elems, 0);
+    prop_assert!(s.slot_elems > 0);
+    prop_assert!(s.staging_bytes() <= buffer);
+    for j in [0, STAGING_SLOTS - 1, 12345] {
+        prop_assert!(s.slot_offset(j) + s.slot_stride_bytes <= s.staging_bytes());
     }
+    let g = Geometry::new(coll, k, n, elem, s.tile_elems, channels);
+    prop_assert_eq!(g.share % s.tile_elems, 0);
+    // Every block is covered once, by the channels in order, and blocks
+    // tile the whole buffer.
+    let mut total = 0;
+    for b in 0..k {
+        let len = g.block_len(b);
+        total += len;
+        if b > 0 && b + 1 < k && k > 4 {
+            continue;
+        }
+        let mut next = 0;
+        for ch in 0..channels {
+            let (off, l) = g.channel_part(ch, len);
+            prop_assert!(l <= g.channel_len(ch));
+            if l == 0 {
+                continue;
+            }
+            prop_assert_eq!(off, next);
+            let chunks = Chunking::new(&s, g.channel_len(ch));
+            prop_assert_eq!(chunks.chunk_elems, NUM_SUBCHUNKS * chunks.slice_elems);
+            prop_assert!(chunks.slice_elems <= s.slot_elems);
+            let covered = check_share(&s, &chunks, l, elem, padded)?;
+            prop_assert_eq!(covered, l, "channel {} of block {}", ch, b);
+            next += l;
+        }
+        prop_assert_eq!(next, len);
+    }
+    prop_assert_eq!(total, g.total);
     Ok(())
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 100_000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 20_000, ..ProptestConfig::default() })]
 
     #[test]
-    fn sizing_covers_and_stays_in_bounds(
-        k in 1u64..=64,
-        n in prop_oneof![0u64..5000, 0u64..(1 << 24), 0u64..(1 << 40)],
+    fn plans_cover_every_block_and_stay_in_bounds(
+        coll in prop::sample::select(Collective::ALL.to_vec()),
+        k in 2u64..=16,
+        n in prop_oneof![0u64..5000, 0u64..(1 << 22), 0u64..(1 << 34)],
+        channels in 1u64..=32,
         elem in prop::sample::select(vec![1u64, 2, 4, 8]),
         buffer in prop_oneof![1u64..(1 << 16), (1u64 << 16)..(1 << 26)],
         gpu in any::<bool>(),
         padded in any::<bool>(),
     ) {
         let threads = if gpu { GPU_THREADS } else { CPU_THREADS };
-        check_plan(k, n, elem, buffer, threads, padded)?;
+        check_plan(coll, k, n, channels, elem, buffer, threads, padded)?;
     }
 
 }

@@ -2,7 +2,7 @@
 //! reduction, the shared release count, volatile and acquire flag accesses,
 //! fences, L2 prefetch, the global timer and half-precision conversions.
 
-use crate::device::{Device, Scope};
+use crate::device::{Device, Handoff, Scope};
 use core::arch::asm;
 
 /// A 32-bit access `$op` to the block's shared word named by the macro
@@ -33,34 +33,7 @@ pub struct Gpu<const THREADS: u32>;
 /// per parity) follow.
 const DONE_BARRIER: u32 = 1;
 
-unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
-    #[inline(always)]
-    fn thread_idx(&self) -> u64 {
-        let t: u32;
-        unsafe { asm!("mov.u32 {t}, %tid.x;", t = out(reg32) t, options(nomem, nostack, pure)) };
-        t as u64
-    }
-
-    /// `bar.red.or.pred` on barrier 0 with the whole block.
-    #[inline(always)]
-    fn block_barrier_or(&self, pred: bool) -> bool {
-        let out: u32;
-        unsafe {
-            asm!(
-                "{{",
-                ".reg .pred %pin, %pout;",
-                "setp.ne.u32 %pin, {p}, 0;",
-                "bar.red.or.pred %pout, 0, %pin;",
-                "selp.u32 {o}, 1, 0, %pout;",
-                "}}",
-                p = in(reg32) pred as u32,
-                o = out(reg32) out,
-                options(nostack)
-            )
-        };
-        out != 0
-    }
-
+unsafe impl<const THREADS: u32> Handoff for Gpu<THREADS> {
     /// Publishes `failed`, then the count of released slices, in the
     /// block's shared words; the release store orders the flag acquire and
     /// `failed` before the producers' acquire of the count.
@@ -101,6 +74,40 @@ unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
     #[inline(always)]
     fn await_done(&self, parity: u64) {
         barrier_sync(DONE_BARRIER + parity as u32, THREADS + 32);
+    }
+}
+
+unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
+    #[inline(always)]
+    fn thread_idx(&self) -> u64 {
+        let t: u32;
+        unsafe { asm!("mov.u32 {t}, %tid.x;", t = out(reg32) t, options(nomem, nostack, pure)) };
+        t as u64
+    }
+
+    #[inline(always)]
+    fn block_idx(&self) -> u64 {
+        block_idx()
+    }
+
+    /// `bar.red.or.pred` on barrier 0 with the whole block.
+    #[inline(always)]
+    fn block_barrier_or(&self, pred: bool) -> bool {
+        let out: u32;
+        unsafe {
+            asm!(
+                "{{",
+                ".reg .pred %pin, %pout;",
+                "setp.ne.u32 %pin, {p}, 0;",
+                "bar.red.or.pred %pout, 0, %pin;",
+                "selp.u32 {o}, 1, 0, %pout;",
+                "}}",
+                p = in(reg32) pred as u32,
+                o = out(reg32) out,
+                options(nostack)
+            )
+        };
+        out != 0
     }
 
     #[inline(always)]
@@ -215,7 +222,7 @@ pub fn trap() -> ! {
     unsafe { asm!("trap;", options(noreturn, nostack)) }
 }
 
-/// `%ctaid.x`, for the grid-wide bench copy.
+/// `%ctaid.x`: the block's channel, and the grid-wide bench copy's stripe.
 #[inline(always)]
 pub fn block_idx() -> u64 {
     let t: u32;

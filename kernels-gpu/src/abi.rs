@@ -1,0 +1,366 @@
+//! The kernel ABI, shared by host and kernel: the block size, the
+//! connection structs written once per communicator, the per-call work
+//! passed by value, the flag layout, the status record and the entry names.
+//! Pointers are plain `u64` addresses so every struct has one layout on
+//! every target.
+
+use crate::device::Scope;
+use crate::element::DataType;
+use crate::op::Op;
+use crate::plan::{Geometry, Sizing};
+
+/// Producer threads per block on the GPU (the block has one more: the
+/// control lane).
+pub const GPU_THREADS: u64 = 256;
+/// Threads per block of every kernel: the producers and the control lane.
+/// The launches, the launch bounds `build.rs` writes and the bench's
+/// ceilings all use this one figure.
+pub const BLOCK_THREADS: u32 = GPU_THREADS as u32 + 1;
+/// Producer threads per block in the CPU execution: small, so that each
+/// lane can be an OS thread, but more than one so that the striding and the
+/// barriers are exercised.
+pub const CPU_THREADS: u64 = 4;
+/// Most channels (blocks) one rank may run. A rank's [`RankConn`] holds
+/// this many [`ChannelConn`]s.
+pub const MAX_CHANNELS: usize = 32;
+
+/// The collectives the ring engine runs. The value travels in
+/// [`Work::collective`].
+#[repr(u64)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Collective {
+    /// Each rank gets the reduction of its own block of everyone's input.
+    ReduceScatter = 0,
+    /// Each rank gets every rank's input, in user-rank order.
+    AllGather = 1,
+    /// Each rank gets the reduction of everyone's input.
+    AllReduce = 2,
+}
+
+impl Collective {
+    pub const ALL: [Collective; 3] = [
+        Collective::ReduceScatter,
+        Collective::AllGather,
+        Collective::AllReduce,
+    ];
+
+    pub fn from_u64(v: u64) -> Option<Self> {
+        Some(match v {
+            0 => Collective::ReduceScatter,
+            1 => Collective::AllGather,
+            2 => Collective::AllReduce,
+            _ => return None,
+        })
+    }
+
+    /// The name the bench and the errors use.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Collective::ReduceScatter => "reduce-scatter",
+            Collective::AllGather => "all-gather",
+            Collective::AllReduce => "all-reduce",
+        }
+    }
+}
+
+/// One channel of one rank, as its peers are wired to it. Written to
+/// device memory once, when the communicator is created; only `seq` changes
+/// afterwards, and only the channel's own control lane writes it.
+///
+/// The flags are NCCL 2's head and tail: `tail` counts the slices the
+/// predecessor has put into our staging, `head` counts the slices the
+/// successor has taken out of its staging (which we fill). Both only grow,
+/// across collectives, so nothing is ever reset and no call has to wait for
+/// the previous one to be tidied up.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChannelConn {
+    /// Our staging ring of [`crate::plan::STAGING_SLOTS`] slots, written by
+    /// the predecessor.
+    pub this_staging: u64,
+    /// The successor's staging ring, which we write.
+    pub next_staging: u64,
+    /// Our tail: slices the predecessor has delivered to us.
+    pub this_tail: u64,
+    /// The successor's tail, which we raise.
+    pub next_tail: u64,
+    /// Our head: slices the successor has consumed from its staging.
+    pub this_head: u64,
+    /// The predecessor's head, which we raise once we consumed a slice.
+    pub prev_head: u64,
+    /// Slices this channel has sent (and received: in a ring the two are
+    /// equal) since the communicator was created. Kernel-owned.
+    pub seq: u64,
+    /// Host-visible [`StatusRecord`] of this rank and channel (0: none).
+    pub status: u64,
+}
+
+/// One rank's constants, written to device memory once, when the
+/// communicator is created.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankConn {
+    pub k: u64,
+    /// This rank's position in the ring.
+    pub ring_pos: u64,
+    /// This rank's user rank (`user_from_ring[ring_pos]`).
+    pub user_rank: u64,
+    /// `k` `u32`s: the user rank at each ring position.
+    pub user_from_ring: u64,
+    /// Host-visible word; nonzero asks every wait to give up (0: no word).
+    pub abort_flag: u64,
+    /// Longest a single wait may spin without progress, in ns (0: forever).
+    pub timeout_ns: u64,
+    /// Nonzero when some rank runs on another device, so that flags and
+    /// data cross the bus and need system-scope fences (see [`Scope`]).
+    pub system_scope: u64,
+    /// Bytes of staging per channel.
+    pub staging_bytes: u64,
+    pub channels: [ChannelConn; MAX_CHANNELS],
+}
+
+impl Default for RankConn {
+    fn default() -> Self {
+        RankConn {
+            k: 0,
+            ring_pos: 0,
+            user_rank: 0,
+            user_from_ring: 0,
+            abort_flag: 0,
+            timeout_ns: 0,
+            system_scope: 0,
+            staging_bytes: 0,
+            channels: [ChannelConn::default(); MAX_CHANNELS],
+        }
+    }
+}
+
+impl RankConn {
+    /// The scope of this rank's flag signals and acquires.
+    #[inline(always)]
+    pub fn scope(&self) -> Scope {
+        if self.system_scope != 0 {
+            Scope::Sys
+        } else {
+            Scope::Gpu
+        }
+    }
+}
+
+/// One call's work for one rank, passed by value at launch: block `c` of
+/// the grid runs channel `c`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Work {
+    /// Address of this rank's [`RankConn`].
+    pub conn: u64,
+    /// A [`Collective`].
+    pub collective: u64,
+    /// Channels (blocks) of this call, at most [`MAX_CHANNELS`].
+    pub channels: u64,
+    pub send: u64,
+    pub recv: u64,
+    /// Where each block and channel's data lies.
+    pub geometry: Geometry,
+    /// The staging slots of this call.
+    pub sizing: Sizing,
+    /// Nonzero when the wide-pack path may run (see `plan::common_residue`).
+    pub aligned: u64,
+    /// The alignment residue of block 0 (0 if scalar).
+    pub residue: u64,
+    /// How many unrolled rounds ahead each producer asks the L2 cache for
+    /// its own input (0: no prefetch).
+    pub prefetch_rounds: u64,
+    /// With the `fault-injection` feature: the (chunk, step) from which
+    /// this rank's "new data" signals are dropped. `u64::MAX` disables it.
+    pub fault_chunk: u64,
+    pub fault_step: u64,
+}
+
+/// How a rank's kernel ended.
+#[repr(u64)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitOutcome {
+    Ok = 0,
+    TimedOut = 1,
+    Aborted = 2,
+}
+
+impl WaitOutcome {
+    pub fn from_u64(v: u64) -> Option<Self> {
+        match v {
+            0 => Some(WaitOutcome::Ok),
+            1 => Some(WaitOutcome::TimedOut),
+            2 => Some(WaitOutcome::Aborted),
+            _ => None,
+        }
+    }
+}
+
+/// Which flag a wait was spinning on.
+#[repr(u64)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitKind {
+    /// The successor's head: the staging slot we are about to fill must
+    /// have been consumed.
+    SlotFree = 1,
+    /// The predecessor's tail: the slice we are about to read must have
+    /// arrived.
+    NewData = 2,
+}
+
+impl WaitKind {
+    pub fn from_u64(v: u64) -> Option<Self> {
+        Some(match v {
+            1 => WaitKind::SlotFree,
+            2 => WaitKind::NewData,
+            _ => return None,
+        })
+    }
+
+    /// Whether the flag is written by the predecessor (else the successor).
+    pub fn written_by_predecessor(self) -> bool {
+        matches!(self, WaitKind::NewData)
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            WaitKind::SlotFree => "the successor to free a staging slot",
+            WaitKind::NewData => "the predecessor's new-data signal",
+        }
+    }
+}
+
+/// Written by a channel whose wait gave up, into host-visible memory, so
+/// the host can say which rank was stuck and on what.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatusRecord {
+    /// A [`WaitOutcome`].
+    pub outcome: u64,
+    pub user_rank: u64,
+    pub ring_pos: u64,
+    pub channel: u64,
+    pub chunk: u64,
+    pub step: u64,
+    pub sub: u64,
+    /// A [`WaitKind`].
+    pub wait_kind: u64,
+    /// The flag value waited for.
+    pub expected: u64,
+    /// The value last seen.
+    pub seen: u64,
+    /// How long the wait spun, in ns.
+    pub waited_ns: u64,
+}
+
+impl StatusRecord {
+    /// Number of `u64` words, for volatile word-by-word copies.
+    pub const WORDS: usize = core::mem::size_of::<StatusRecord>() / 8;
+
+    /// The record from its words in memory order (as the kernel writes them).
+    pub fn from_words(w: [u64; Self::WORDS]) -> Self {
+        StatusRecord {
+            outcome: w[0],
+            user_rank: w[1],
+            ring_pos: w[2],
+            channel: w[3],
+            chunk: w[4],
+            step: w[5],
+            sub: w[6],
+            wait_kind: w[7],
+            expected: w[8],
+            seen: w[9],
+            waited_ns: w[10],
+        }
+    }
+}
+
+/// Calls `$m!` with the table of element types: the entry-name fragment,
+/// the Rust type and the [`DataType`] variant. The kernel entries and
+/// [`kernel_name`] are both generated from it, so they cannot disagree.
+#[macro_export]
+macro_rules! for_each_type {
+    ($m:ident) => {
+        $m! {
+            int8: i8 => I8;
+            uint8: u8 => U8;
+            int32: i32 => I32;
+            uint32: u32 => U32;
+            int64: i64 => I64;
+            uint64: u64 => U64;
+            half: half::f16 => F16;
+            bfloat16: half::bf16 => Bf16;
+            float: f32 => F32;
+            double: f64 => F64;
+        }
+    };
+}
+
+/// Calls `$m!` with one type row (as [`for_each_type`] gives it) and the
+/// table of operators: the entry-name fragment and the [`Op`] variant,
+/// which is also the name of its `ReduceOp` type.
+#[macro_export]
+macro_rules! for_each_op {
+    ($m:ident, $tn:ident, $t:ty, $dt:ident) => {
+        $m! { $tn, $t, $dt, sum: Sum }
+        $m! { $tn, $t, $dt, prod: Prod }
+        $m! { $tn, $t, $dt, max: Max }
+        $m! { $tn, $t, $dt, min: Min }
+        $m! { $tn, $t, $dt, avg: Avg }
+    };
+}
+
+/// The entry name of the kernel for (type, op): `ringreduce_<type>_<op>`.
+/// One kernel runs every collective; [`Work::collective`] says which.
+#[macro_export]
+macro_rules! entry_name {
+    ($tn:ident, $on:ident) => {
+        concat!("ringreduce_", stringify!($tn), "_", stringify!($on))
+    };
+}
+
+macro_rules! name_rows {
+    ($($tn:ident: $t:ty => $dt:ident;)*) => {
+        /// The kernel entry for (type, op).
+        pub fn kernel_name(dtype: DataType, op: Op) -> &'static str {
+            match dtype {
+                $(DataType::$dt => match op {
+                    Op::Sum => entry_name!($tn, sum),
+                    Op::Prod => entry_name!($tn, prod),
+                    Op::Max => entry_name!($tn, max),
+                    Op::Min => entry_name!($tn, min),
+                    Op::Avg => entry_name!($tn, avg),
+                },)*
+            }
+        }
+    };
+}
+
+for_each_type!(name_rows);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_type_and_op_names() {
+        for d in DataType::ALL {
+            for o in Op::ALL {
+                let rest = kernel_name(d, o)
+                    .strip_prefix("ringreduce_")
+                    .and_then(|r| r.strip_prefix(d.name()))
+                    .and_then(|r| r.strip_prefix('_'));
+                assert_eq!(rest, Some(o.name()));
+            }
+        }
+    }
+
+    #[test]
+    fn collectives_round_trip() {
+        for c in Collective::ALL {
+            assert_eq!(Collective::from_u64(c as u64), Some(c));
+        }
+        assert_eq!(Collective::from_u64(3), None);
+    }
+}

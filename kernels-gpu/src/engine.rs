@@ -1,0 +1,312 @@
+//! The ring engine, written once for every collective: one block runs one
+//! channel of one rank through a [`Schedule`].
+//!
+//! The block has two roles. Lanes `0..THREADS` are producers: they only
+//! move data, with the step primitives. Lane `THREADS`, alone in its warp,
+//! is the control lane: it makes every flag wait and every signal. For
+//! slice `i` the control lane waits for the slice's flags, releases the
+//! producers into it (a count of released slices that each producer warp
+//! polls on its own, so no producer waits for another), then waits until
+//! every producer reported slice `i - 1` done and publishes that slice. So
+//! the flag round trips overlap data movement (`bench/NOTES.md`).
+//!
+//! Flow control is NCCL 2's: each channel's staging is a ring of
+//! [`STAGING_SLOTS`] slots. Send number `j` (counted over the channel's
+//! life, in [`ChannelConn::seq`]) fills slot `j mod STAGING_SLOTS` of the
+//! successor once the successor's head says it consumed send
+//! `j - STAGING_SLOTS`; receive number `j` reads our slot once our tail
+//! says the predecessor delivered it. The counters only grow, so a call
+//! never waits for the previous one to reset anything.
+//!
+//! Deadlock freedom: slice `i` of a chunk step waits only for peers'
+//! publications of slices `<= i - 2`: the predecessor's send of the step
+//! before (two slices back), or the successor's receive of a send at least
+//! `STAGING_SLOTS / NUM_SUBCHUNKS >= 2` steps back. A control lane
+//! publishes slice `i - 1` right after its wait for slice `i`, so by
+//! induction over `i` every wait ends. The done barriers alternate by
+//! slice parity, which is safe because slice `i` is released only after
+//! slice `i - 2` is done.
+//!
+//! Failure handling: a wait that gives up (abort or timeout) makes the
+//! control lane report the reason and publish a `failed` bit with every
+//! later release; producers skip released slices while it is set, and the
+//! control lane signals nothing more, but every barrier is still passed, so
+//! nothing deadlocks.
+
+use crate::abi::{ChannelConn, Collective, RankConn, WaitKind, Work, MAX_CHANNELS};
+use crate::device::{Device, Handoff};
+use crate::element::Element;
+use crate::flags::{signal, wait_until, WaitCtx, WaitSite};
+use crate::op::ReduceOp;
+use crate::plan::{block_residue, Chunking, NUM_SUBCHUNKS, STAGING_SLOTS};
+use crate::primitives::{self, LaneCtx, Slot};
+use crate::ring::block_for_step;
+use crate::schedule::Schedule;
+use core::mem::size_of;
+
+/// What every lane of a channel's block knows about the call.
+struct Channel<'a> {
+    conn: &'a RankConn,
+    chan: &'a ChannelConn,
+    work: &'a Work,
+    sched: Schedule,
+    chunks: Chunking,
+    index: u64,
+    /// The channel's send (and receive) count before this call.
+    base: u64,
+}
+
+/// One slice of the schedule, as the control lane tracks it.
+#[derive(Clone, Copy)]
+struct SliceAt {
+    chunk: u64,
+    step: u64,
+    sub: u64,
+    /// The send number, when the step sends.
+    send: Option<u64>,
+    /// The receive number, when the step receives.
+    recv: Option<u64>,
+}
+
+/// Runs one rank's part of a collective: block `c` runs channel `c`. Every
+/// lane of every block calls it with the same `w`.
+///
+/// # Safety
+/// `w` must come from the host planner: valid pointers, a sizing that fits
+/// the staging buffers, and peers running the same collective.
+#[inline(always)]
+pub unsafe fn run<D: Device + Handoff, T: Element, O: ReduceOp, const THREADS: u64>(
+    d: &D,
+    w: &Work,
+) {
+    let conn = &*(w.conn as *const RankConn);
+    let index = d.block_idx();
+    let Some(collective) = Collective::from_u64(w.collective) else {
+        return;
+    };
+    if conn.k < 2 || index >= w.channels || index >= MAX_CHANNELS as u64 {
+        return;
+    }
+    let chan = &conn.channels[index as usize];
+    let ch = Channel {
+        conn,
+        chan,
+        work: w,
+        sched: Schedule::new(collective, conn.k),
+        chunks: Chunking::new(&w.sizing, w.geometry.channel_len(index)),
+        index,
+        // Every lane reads it before the barrier below; the control lane
+        // advances it only after the producers finished the last slice.
+        base: d.load_volatile(&chan.seq),
+    };
+    let tid = d.thread_idx();
+    let control = tid == THREADS;
+    if control {
+        d.reset_release();
+    }
+    d.block_barrier_or(false);
+    if control {
+        control_lane(d, &ch);
+    } else {
+        producer_lane::<D, T, O, THREADS>(d, &ch, tid);
+    }
+}
+
+/// Calls `f` for every slice of the call, in order, with its send and
+/// receive numbers.
+#[inline(always)]
+fn for_each_slice(ch: &Channel, mut f: impl FnMut(SliceAt)) {
+    let (mut sent, mut received) = (ch.base, ch.base);
+    for chunk in 0..ch.chunks.num_chunks {
+        for step in 0..ch.sched.steps() {
+            let p = ch.sched.prim(step);
+            for sub in 0..NUM_SUBCHUNKS {
+                f(SliceAt {
+                    chunk,
+                    step,
+                    sub,
+                    send: p.sends().then_some(sent),
+                    recv: p.recvs().then_some(received),
+                });
+                sent += p.sends() as u64;
+                received += p.recvs() as u64;
+            }
+        }
+    }
+}
+
+/// The control lane: before releasing slice `i` it waits for that slice's
+/// flags, and after releasing it waits for the producers to finish slice
+/// `i - 1` and publishes that. So it runs a slice ahead of the producers.
+#[inline(always)]
+unsafe fn control_lane<D: Device + Handoff>(d: &D, ch: &Channel) {
+    let mut failed = false;
+    let mut moved: Option<SliceAt> = None;
+    let mut i = 0u64;
+    let mut sent = ch.base;
+    let finish = |i: u64, moved: Option<SliceAt>, failed: bool| {
+        if let Some(prev) = moved {
+            d.await_done((i - 1) & 1);
+            if !failed {
+                publish(d, ch, prev);
+            }
+        }
+    };
+    for_each_slice(ch, |s| {
+        if !failed {
+            failed = !wait_for_slice(d, ch, s);
+        }
+        d.release(i, failed);
+        finish(i, moved, failed);
+        moved = Some(s);
+        sent += s.send.is_some() as u64;
+        i += 1;
+    });
+    finish(i, moved, failed);
+    if !failed {
+        // In a ring every rank receives what it sends: one count serves.
+        d.store_volatile(&ch.chan.seq as *const u64 as *mut u64, sent);
+    }
+}
+
+/// The control lane's waits before moving a slice: the slot it fills must
+/// be free, and the slot it reads must be full.
+#[inline(always)]
+unsafe fn wait_for_slice<D: Device>(d: &D, ch: &Channel, s: SliceAt) -> bool {
+    let ctx = WaitCtx::of(ch.conn, ch.index);
+    let site = |kind, expected| WaitSite {
+        kind,
+        chunk: s.chunk,
+        step: s.step,
+        sub: s.sub,
+        expected,
+    };
+    if let Some(j) = s.send {
+        if j >= STAGING_SLOTS {
+            let want = j + 1 - STAGING_SLOTS;
+            let at = site(WaitKind::SlotFree, want);
+            if !wait_until(d, ctx, ch.chan.this_head, at, |v| v >= want) {
+                return false;
+            }
+        }
+    }
+    if let Some(j) = s.recv {
+        let want = j + 1;
+        let at = site(WaitKind::NewData, want);
+        if !wait_until(d, ctx, ch.chan.this_tail, at, |v| v >= want) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Tells the successor about a slice every producer has finished sending,
+/// and the predecessor that the slot it filled is free again. Once any wait
+/// gave up the control lane publishes nothing more, not even the slice just
+/// moved: the ranks downstream then all time out together instead of one
+/// after another.
+#[inline(always)]
+unsafe fn publish<D: Device>(d: &D, ch: &Channel, s: SliceAt) {
+    let tail = match s.send {
+        Some(j) if !drop_signal(ch.work, s.chunk, s.step) => (ch.chan.next_tail, j + 1),
+        _ => (0, 0),
+    };
+    let head = match s.recv {
+        Some(j) => (ch.chan.prev_head, j + 1),
+        None => (0, 0),
+    };
+    signal(d, ch.conn.scope(), [tail, head]);
+}
+
+/// A producer lane: every slice in order, each once it is released,
+/// reporting each done. A released slice is skipped when the control lane
+/// has given up.
+#[inline(always)]
+unsafe fn producer_lane<D: Device + Handoff, T: Element, O: ReduceOp, const THREADS: u64>(
+    d: &D,
+    ch: &Channel,
+    tid: u64,
+) {
+    let (conn, w, g) = (ch.conn, ch.work, &ch.work.geometry);
+    let k = conn.k;
+    let ufr = core::slice::from_raw_parts(conn.user_from_ring as *const u32, k as usize);
+    let sz = size_of::<T>() as u64;
+    let lane = LaneCtx {
+        tid,
+        aligned: w.aligned != 0,
+        k: k as u32,
+        prefetch_rounds: w.prefetch_rounds,
+    };
+    let mut i = 0u64;
+    let mut at = StepAt::default();
+    for_each_slice(ch, |s| {
+        if s.sub == 0 {
+            at = StepAt::of(ch, s, ufr, lane.aligned, sz);
+        }
+        let len = at.slices[s.sub as usize];
+        if !d.await_release(i) {
+            let slot = |base: u64, seq: Option<u64>| {
+                base + seq.map_or(0, |j| w.sizing.slot_offset(j)) + at.residue
+            };
+            let p = Slot {
+                incoming: slot(ch.chan.this_staging, s.recv) as *const T,
+                next: slot(ch.chan.next_staging, s.send) as *mut T,
+                own: (w.send + (at.block * g.in_stride + at.off) * sz) as *const T,
+                out: (w.recv + (at.block * g.out_stride + at.off) * sz) as *mut T,
+            };
+            primitives::run::<D, T, O, THREADS>(ch.sched.prim(s.step), d, lane, p, len);
+        }
+        d.arrive_done(i & 1);
+        at.off += len;
+        i += 1;
+    });
+}
+
+/// What a producer needs for the slices of one step.
+#[derive(Default)]
+struct StepAt {
+    /// The user rank whose block the step moves.
+    block: u64,
+    /// The slices of this chunk of the channel's share of that block.
+    slices: [u64; NUM_SUBCHUNKS as usize],
+    /// Where the next slice starts in the block, in elements.
+    off: u64,
+    /// The block's alignment residue (0 on the scalar path).
+    residue: u64,
+}
+
+impl StepAt {
+    #[inline(always)]
+    fn of(ch: &Channel, s: SliceAt, ufr: &[u32], aligned: bool, sz: u64) -> Self {
+        let g = &ch.work.geometry;
+        let block = block_for_step(ufr, ch.conn.ring_pos, ch.sched.ring_step(s.step));
+        let (off, len) = g.channel_part(ch.index, g.block_len(block));
+        StepAt {
+            block,
+            slices: ch.chunks.slices(s.chunk, len),
+            off: off + s.chunk * ch.chunks.chunk_elems,
+            residue: if aligned {
+                block_residue(ch.work.residue, block, g.block_elems, sz)
+            } else {
+                0
+            },
+        }
+    }
+}
+
+/// The fault-injection hook: from (chunk, step) on, this rank stops telling
+/// its successor about new data, as a rank whose signals are lost for good
+/// would. (A single lost increment of a monotonic counter is healed by the
+/// next one, so only a lasting loss can stall the ring.)
+#[inline(always)]
+fn drop_signal(w: &Work, c: u64, step: u64) -> bool {
+    #[cfg(feature = "fault-injection")]
+    {
+        w.fault_chunk != u64::MAX && (c, step) >= (w.fault_chunk, w.fault_step)
+    }
+    #[cfg(not(feature = "fault-injection"))]
+    {
+        let _ = (w, c, step);
+        false
+    }
+}

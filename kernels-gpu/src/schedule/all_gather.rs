@@ -1,0 +1,20 @@
+//! All-gather: `k` steps. The first copies the own input into its place in
+//! the output and sends it; each later step stores what arrives and, but
+//! for the last, passes it on.
+
+use super::Prim;
+
+pub fn steps(k: u64) -> u64 {
+    k
+}
+
+#[inline(always)]
+pub fn prim(k: u64, step: u64) -> Prim {
+    if step == 0 {
+        Prim::CopySend
+    } else if step + 1 < k {
+        Prim::RecvCopySend
+    } else {
+        Prim::RecvCopy
+    }
+}

@@ -1,0 +1,137 @@
+//! Each collective as a schedule for the ring engine: how many steps one
+//! chunk takes, which step primitive each step is, and which ring step of
+//! the all-reduce it plays (that decides the block it moves).
+
+mod all_gather;
+mod all_reduce;
+mod reduce_scatter;
+
+use crate::abi::Collective;
+
+/// The step primitives (see [`crate::primitives`]). "Recv" reads the
+/// slice the predecessor put in our staging; "send" writes one into the
+/// successor's; "copy" writes the output; "reduce" folds in the own input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prim {
+    /// Own input to the successor.
+    Send,
+    /// Incoming op own input, to the successor.
+    RecvReduceSend,
+    /// Incoming op own input, finished, into the output: the last step of a
+    /// reduction.
+    RecvReduceCopy,
+    /// As [`Prim::RecvReduceCopy`], and to the successor: the all-reduce's
+    /// turn from reduce-scatter to all-gather.
+    RecvReduceCopySend,
+    /// Own input into the output and to the successor.
+    CopySend,
+    /// Incoming into the output and to the successor.
+    RecvCopySend,
+    /// Incoming into the output.
+    RecvCopy,
+}
+
+impl Prim {
+    /// Whether the step fills a slot of the successor's staging.
+    #[inline(always)]
+    pub fn sends(self) -> bool {
+        !matches!(self, Prim::RecvReduceCopy | Prim::RecvCopy)
+    }
+
+    /// Whether the step consumes a slot of our staging.
+    #[inline(always)]
+    pub fn recvs(self) -> bool {
+        !matches!(self, Prim::Send | Prim::CopySend)
+    }
+}
+
+/// One collective on `k` ranks, as the engine runs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schedule {
+    pub collective: Collective,
+    pub k: u64,
+}
+
+impl Schedule {
+    pub fn new(collective: Collective, k: u64) -> Self {
+        Schedule { collective, k }
+    }
+
+    /// Steps per chunk.
+    #[inline(always)]
+    pub fn steps(&self) -> u64 {
+        match self.collective {
+            Collective::ReduceScatter => reduce_scatter::steps(self.k),
+            Collective::AllGather => all_gather::steps(self.k),
+            Collective::AllReduce => all_reduce::steps(self.k),
+        }
+    }
+
+    /// The primitive of step `step`.
+    #[inline(always)]
+    pub fn prim(&self, step: u64) -> Prim {
+        match self.collective {
+            Collective::ReduceScatter => reduce_scatter::prim(self.k, step),
+            Collective::AllGather => all_gather::prim(self.k, step),
+            Collective::AllReduce => all_reduce::prim(self.k, step),
+        }
+    }
+
+    /// The all-reduce step that step `step` plays. The all-reduce's ring
+    /// step `s` at ring position `p` moves block `ring[(p - 1 - s) mod k]`
+    /// ([`crate::ring::block_for_step`]); a reduce-scatter is its first `k`
+    /// steps and an all-gather its last `k`.
+    #[inline(always)]
+    pub fn ring_step(&self, step: u64) -> u64 {
+        match self.collective {
+            Collective::AllGather => step + self.k - 1,
+            _ => step,
+        }
+    }
+
+    /// Slices sent (and as many received) per chunk and subchunk.
+    pub fn sends_per_chunk(&self) -> u64 {
+        (0..self.steps()).filter(|&s| self.prim(s).sends()).count() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_schedule_receives_what_it_sends() {
+        for c in Collective::ALL {
+            for k in 2..10 {
+                let s = Schedule::new(c, k);
+                let recvs = (0..s.steps()).filter(|&t| s.prim(t).recvs()).count() as u64;
+                assert_eq!(s.sends_per_chunk(), recvs, "{c:?} k={k}");
+                // A step receives exactly what the step before sent.
+                assert!(!s.prim(0).recvs());
+                assert!(!s.prim(s.steps() - 1).sends());
+                for t in 1..s.steps() {
+                    assert!(s.prim(t - 1).sends() && s.prim(t).recvs());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn all_reduce_is_reduce_scatter_then_all_gather() {
+        for k in 2..10 {
+            let ar = Schedule::new(Collective::AllReduce, k);
+            let rs = Schedule::new(Collective::ReduceScatter, k);
+            let ag = Schedule::new(Collective::AllGather, k);
+            assert_eq!(ar.steps(), 2 * k - 1);
+            for t in 0..k - 1 {
+                assert_eq!(ar.prim(t), rs.prim(t));
+                assert_eq!(ar.ring_step(t), rs.ring_step(t));
+            }
+            assert_eq!(ar.prim(k - 1), Prim::RecvReduceCopySend);
+            for t in 1..k {
+                assert_eq!(ar.prim(k - 1 + t), ag.prim(t));
+                assert_eq!(ar.ring_step(k - 1 + t), ag.ring_step(t));
+            }
+        }
+    }
+}

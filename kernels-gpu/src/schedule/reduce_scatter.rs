@@ -1,0 +1,19 @@
+//! Reduce-scatter: `k` steps. The first sends a block, the middle ones add
+//! the own part and pass it on, the last finishes the rank's own block.
+
+use super::Prim;
+
+pub fn steps(k: u64) -> u64 {
+    k
+}
+
+#[inline(always)]
+pub fn prim(k: u64, step: u64) -> Prim {
+    if step == 0 {
+        Prim::Send
+    } else if step + 1 < k {
+        Prim::RecvReduceSend
+    } else {
+        Prim::RecvReduceCopy
+    }
+}

@@ -1,0 +1,236 @@
+//! The unrolled copy/reduce loop every step primitive is made of: one
+//! generic transfer from one or two sources to one or two destinations.
+
+use crate::device::Device;
+use crate::element::Element;
+use crate::op::ReduceOp;
+use crate::plan::{PACK_BYTES, UNROLL};
+use core::mem::size_of;
+
+/// What a transfer writes: a copy of one source, the op of both sources,
+/// or that finished (the op's last step, e.g. `Avg`'s division).
+pub const COPY: u8 = 0;
+pub const REDUCE: u8 = 1;
+pub const FINAL: u8 = 2;
+
+#[inline(always)]
+fn combine<T: Element, O: ReduceOp, const MODE: u8>(incoming: T, own: T, k: u32) -> T {
+    match MODE {
+        COPY => own,
+        REDUCE => O::apply(incoming, own),
+        _ => O::finish(O::apply(incoming, own), k),
+    }
+}
+
+/// Combines two packs lane by lane. Packs travel as `[u32; 4]` (what one
+/// vector access moves) and are reinterpreted as lanes of `T` in registers.
+#[inline(always)]
+fn combine_pack<T: Element, O: ReduceOp, const MODE: u8>(
+    incoming: [u32; 4],
+    own: [u32; 4],
+    k: u32,
+) -> [u32; 4] {
+    if MODE == COPY {
+        return own;
+    }
+    // SAFETY: `T::Pack` is 16 bytes of plain data, like `[u32; 4]`.
+    let i: T::Pack = unsafe { core::mem::transmute_copy(&incoming) };
+    let mut o: T::Pack = unsafe { core::mem::transmute_copy(&own) };
+    for (o, i) in o.as_mut().iter_mut().zip(i.as_ref()) {
+        *o = combine::<T, O, MODE>(*i, *o, k);
+    }
+    // SAFETY: as above.
+    unsafe { core::mem::transmute_copy(&o) }
+}
+
+/// Expands `$body` once per unrolled slot `u = 0..8`, with constant `u`, so
+/// that every value of a round stays in registers (an array indexed in a
+/// loop would be placed in local memory).
+macro_rules! unroll8 {
+    ($u:ident => $body:expr) => {
+        [
+            {
+                let $u = 0u64;
+                $body
+            },
+            {
+                let $u = 1u64;
+                $body
+            },
+            {
+                let $u = 2u64;
+                $body
+            },
+            {
+                let $u = 3u64;
+                $body
+            },
+            {
+                let $u = 4u64;
+                $body
+            },
+            {
+                let $u = 5u64;
+                $body
+            },
+            {
+                let $u = 6u64;
+                $body
+            },
+            {
+                let $u = 7u64;
+                $body
+            },
+        ]
+    };
+}
+
+const _: () = assert!(UNROLL == 8, "unroll8! expands exactly UNROLL slots");
+
+/// Moves `n` elements: `dst[i] = combine(incoming[i], own[i])`, and the
+/// same into `dst2` when `DST2`, striped over `THREADS` producer lanes
+/// (`tid` is this lane). `incoming` is not read for [`COPY`].
+///
+/// With `prefetch_rounds > 0`, each lane also prefetches into L2 the `own`
+/// packs it will load that many rounds later.
+///
+/// When `aligned`, all pointers share their address modulo
+/// [`PACK_BYTES`]: a short scalar head brings them to a pack boundary, the
+/// body moves 16-byte packs `UNROLL` at a time per lane (all loads of a round
+/// before any store, so many are in flight), and a scalar tail finishes.
+/// Otherwise every element goes through the scalar loop, still unrolled.
+///
+/// # Safety
+/// All ranges must be valid for `n` elements (`dst2` only when `DST2`);
+/// a destination may equal `own` (in place) but must not otherwise overlap
+/// the sources.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub unsafe fn transfer<
+    D: Device,
+    T: Element,
+    O: ReduceOp,
+    const THREADS: u64,
+    const MODE: u8,
+    const DST2: bool,
+>(
+    d: &D,
+    tid: u64,
+    dst: *mut T,
+    dst2: *mut T,
+    incoming: *const T,
+    own: *const T,
+    n: u64,
+    aligned: bool,
+    k: u32,
+    prefetch_rounds: u64,
+) {
+    let sz = size_of::<T>() as u64;
+    let head = if aligned {
+        let mis = (dst as u64) % PACK_BYTES;
+        if mis == 0 {
+            0
+        } else {
+            ((PACK_BYTES - mis) / sz).min(n)
+        }
+    } else {
+        n
+    };
+    scalar::<T, O, THREADS, MODE, DST2>(tid, dst, dst2, incoming, own, 0, head, k);
+    if head == n {
+        return;
+    }
+    let lanes = PACK_BYTES / sz;
+    let packs = (n - head) / lanes;
+    let pd = dst.add(head as usize) as *mut u8;
+    let pd2 = dst2.wrapping_add(head as usize) as *mut u8;
+    let pi = incoming.add(head as usize) as *const u8;
+    let po = own.add(head as usize) as *const u8;
+    let at = |p: u64| (p * PACK_BYTES) as usize;
+    let round = UNROLL * THREADS;
+    let mut p = tid;
+    // A lane runs a full unrolled round while its last pack of the round
+    // exists; what is left goes one pack at a time below.
+    while p + (UNROLL - 1) * THREADS < packs {
+        if prefetch_rounds != 0 {
+            // The own input streams from device memory; asking for it a few
+            // rounds early turns the loads' misses into L2 hits.
+            let q = p + prefetch_rounds * round;
+            if q + (UNROLL - 1) * THREADS < packs {
+                unroll8!(u => d.prefetch_l2(po.add(at(q + u * THREADS))));
+            }
+        }
+        let o = unroll8!(u => d.load_pack(po.add(at(p + u * THREADS))));
+        let r = if MODE == COPY {
+            o
+        } else {
+            let i = unroll8!(u => d.load_pack(pi.add(at(p + u * THREADS))));
+            unroll8!(u => combine_pack::<T, O, MODE>(i[u as usize], o[u as usize], k))
+        };
+        unroll8!(u => d.store_pack(pd.add(at(p + u * THREADS)), r[u as usize]));
+        if DST2 {
+            unroll8!(u => d.store_pack(pd2.add(at(p + u * THREADS)), r[u as usize]));
+        }
+        p += round;
+    }
+    while p < packs {
+        let o = d.load_pack(po.add(at(p)));
+        let r = if MODE == COPY {
+            o
+        } else {
+            combine_pack::<T, O, MODE>(d.load_pack(pi.add(at(p))), o, k)
+        };
+        d.store_pack(pd.add(at(p)), r);
+        if DST2 {
+            d.store_pack(pd2.add(at(p)), r);
+        }
+        p += THREADS;
+    }
+    let done = head + packs * lanes;
+    scalar::<T, O, THREADS, MODE, DST2>(tid, dst, dst2, incoming, own, done, n, k);
+}
+
+/// Elements `from..to`, one per lane per iteration, `UNROLL` at a time.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn scalar<T: Element, O: ReduceOp, const THREADS: u64, const MODE: u8, const DST2: bool>(
+    tid: u64,
+    dst: *mut T,
+    dst2: *mut T,
+    incoming: *const T,
+    own: *const T,
+    from: u64,
+    to: u64,
+    k: u32,
+) {
+    let round = UNROLL * THREADS;
+    let mut e = from + tid;
+    let at = |e: u64| e as usize;
+    while e + round - THREADS < to {
+        let o = unroll8!(u => own.add(at(e + u * THREADS)).read());
+        let r = if MODE == COPY {
+            o
+        } else {
+            let i = unroll8!(u => incoming.add(at(e + u * THREADS)).read());
+            unroll8!(u => combine::<T, O, MODE>(i[u as usize], o[u as usize], k))
+        };
+        unroll8!(u => dst.add(at(e + u * THREADS)).write(r[u as usize]));
+        if DST2 {
+            unroll8!(u => dst2.add(at(e + u * THREADS)).write(r[u as usize]));
+        }
+        e += round;
+    }
+    while e < to {
+        let o = own.add(at(e)).read();
+        let r = if MODE == COPY {
+            o
+        } else {
+            combine::<T, O, MODE>(incoming.add(at(e)).read(), o, k)
+        };
+        dst.add(at(e)).write(r);
+        if DST2 {
+            dst2.add(at(e)).write(r);
+        }
+        e += THREADS;
+    }
+}
