@@ -2,7 +2,7 @@
 //! the PTX linker of that nested build (see `ringreduce_build`).
 
 use ringreduce_build::{build_ptx, PtxBuild, ARCH_ENV, DEFAULT_ARCH, LINKER_ENV, PREBUILT_ENV};
-use ringreduce_kernels::plan::BLOCK_THREADS;
+use ringreduce_kernels::abi::BLOCK_THREADS;
 use std::path::PathBuf;
 
 /// Ends the build script with `msg` on cargo's error output: a clear

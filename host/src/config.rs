@@ -31,7 +31,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommConfig {
-    /// Staging buffer per rank, in bytes (default 2 MiB, as NCCL 1.x).
+    /// Staging buffer per channel, in bytes (default 2 MiB, as NCCL 1.x).
     pub buffer_bytes: u64,
     /// User ranks in ring order (default `0..k`).
     pub ring_order: Option<Vec<u32>>,
@@ -49,6 +49,11 @@ pub struct CommConfig {
     /// A knob rather than a constant so that the bench's `--prefetch` can
     /// show its effect on other GPUs.
     pub prefetch_rounds: Option<u8>,
+    /// Channels (blocks) per rank, each moving its own share of every
+    /// block with its own staging. `None` chooses by message size, up to
+    /// what stays co-resident (see [`CommConfig::channels`]). Results do not
+    /// depend on it.
+    pub channels: Option<u32>,
 }
 
 impl Default for CommConfig {
@@ -59,12 +64,13 @@ impl Default for CommConfig {
             timeout: None,
             watchdog: true,
             prefetch_rounds: None,
+            channels: None,
         }
     }
 }
 
 impl CommConfig {
-    /// Staging bytes per rank; more means fewer, larger slices.
+    /// Staging bytes per channel; more means fewer, larger slices.
     pub fn buffer_bytes(mut self, bytes: u64) -> Self {
         self.buffer_bytes = bytes;
         self
@@ -107,6 +113,15 @@ impl CommConfig {
             .or_else(|| std::env::var(PREFETCH_ENV).ok()?.trim().parse().ok())
             .unwrap_or(DEFAULT_PREFETCH_ROUNDS)
             .min(15) as u64
+    }
+
+    /// Sets [`CommConfig::channels`]: every collective runs this many
+    /// channels per rank. One rank per GPU may use up to 32; virtual ranks
+    /// share their device's multiprocessors, so `k` times this many blocks
+    /// must fit on it at once (checked at creation).
+    pub fn channels(mut self, channels: u32) -> Self {
+        self.channels = Some(channels);
+        self
     }
 
     /// Sets [`CommConfig::watchdog`].

@@ -76,16 +76,28 @@ pub enum Error {
     },
     /// A staging buffer too small for the ring: see `CommConfig::buffer_bytes`.
     #[error(
-        "staging buffer of {have} bytes is too small for {k} ranks: each rank needs at \
-         least {need} bytes (one unrolled slice plus padding per block and subchunk)"
+        "staging buffer of {have} bytes per channel is too small: each channel needs at \
+         least {need} bytes (one unrolled tile plus padding per staging slot)"
     )]
     BufferTooSmall {
-        /// Ranks of the communicator.
-        k: usize,
-        /// Bytes each rank needs at least.
+        /// Bytes each channel needs at least.
         need: u64,
         /// Bytes configured.
         have: u64,
+    },
+    /// More channels asked for than the ranks' blocks can keep resident, or
+    /// than a rank can run.
+    #[error(
+        "{channels} channels per rank cannot all be resident on device {device}: at most \
+         {max} per rank fit beside the other ranks there"
+    )]
+    TooManyChannels {
+        /// Channels asked for.
+        channels: usize,
+        /// Channels per rank that fit.
+        max: usize,
+        /// The device ordinal (0 for the CPU execution).
+        device: usize,
     },
     /// Not one buffer pair per rank.
     #[error("{got} buffer pairs given for {k} ranks")]
@@ -103,8 +115,9 @@ pub enum Error {
         /// Ranks of the communicator.
         k: usize,
     },
-    /// A `send` buffer that is not `k` times its `recv`.
-    #[error("rank {rank}: send holds {send_len} elements, but k * recv.len() = {expected}")]
+    /// A `send` buffer of the wrong length for the collective: `k` times
+    /// `recv` for a reduce-scatter, `recv` for an all-reduce.
+    #[error("rank {rank}: send holds {send_len} elements, but the {collective} needs {expected}")]
     SendLength {
         /// The user rank.
         rank: usize,
@@ -112,9 +125,25 @@ pub enum Error {
         send_len: u64,
         /// What was expected.
         expected: u64,
+        /// The collective's name.
+        collective: &'static str,
     },
-    /// Ranks whose `recv` buffers differ in length.
-    #[error("rank {rank}: recv holds {got} elements, rank 0's holds {want}")]
+    /// A `recv` buffer of the wrong length for the collective: `k` times
+    /// `send` for an all-gather.
+    #[error("rank {rank}: recv holds {recv_len} elements, but the {collective} needs {expected}")]
+    RecvLength {
+        /// The user rank.
+        rank: usize,
+        /// Elements in `recv`.
+        recv_len: u64,
+        /// What was expected.
+        expected: u64,
+        /// The collective's name.
+        collective: &'static str,
+    },
+    /// Ranks whose counts differ: the `recv` length of a reduce-scatter,
+    /// the `send` length of an all-gather or all-reduce.
+    #[error("rank {rank}: count of {got} elements, but rank 0's is {want}")]
     CountMismatch {
         /// The user rank.
         rank: usize,
@@ -161,19 +190,21 @@ pub enum Error {
         /// Bytes per element.
         size: u64,
     },
-    /// A `recv` inside its own `send`, but not at the rank's own block.
-    #[error(
-        "rank {rank}: recv overlaps send but is not the in-place block \
-         send + {rank} * recvcount"
-    )]
+    /// A rank's `send` and `recv` that overlap but are not the in-place
+    /// layout: `recv = send + rank * count` for a reduce-scatter,
+    /// `send = recv + rank * count` for an all-gather, `send == recv` for an
+    /// all-reduce.
+    #[error("rank {rank}: recv overlaps send but is not the {collective}'s in-place layout")]
     InPlaceMisplaced {
         /// The user rank.
         rank: usize,
+        /// The collective's name.
+        collective: &'static str,
     },
     /// An in-place buffer whose length is not `k` equal blocks.
     #[error(
         "rank {rank}: the in-place buffer holds {len} elements, which is not {k} blocks of \
-         equal length (in place, recv is block {rank} of that buffer)"
+         equal length (in place, block {rank} of that buffer is the rank's own)"
     )]
     InPlaceLength {
         /// The user rank.
@@ -276,6 +307,8 @@ pub struct TimeoutInfo {
     pub rank: usize,
     /// Its position in the ring.
     pub ring_pos: usize,
+    /// The channel (block) that gave up.
+    pub channel: usize,
     /// The chunk it was in.
     pub chunk: u64,
     /// The ring step it was at.
@@ -302,10 +335,11 @@ impl std::fmt::Display for TimeoutInfo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "rank {} (ring position {}) timed out after {} ms at chunk {}, step {}, subchunk {}, \
-             waiting for {} from rank {}",
+            "rank {} (ring position {}, channel {}) timed out after {} ms at chunk {}, step {}, \
+             subchunk {}, waiting for {} from rank {}",
             self.rank,
             self.ring_pos,
+            self.channel,
             self.waited_ms,
             self.chunk,
             self.step,

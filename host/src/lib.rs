@@ -1,23 +1,32 @@
 //! # ringreduce
 //!
-//! Ring reduce-scatter for NVIDIA GPUs, in the style of NCCL 1.x, written
-//! entirely in Rust: the kernels are the `no_std` crate `ringreduce-kernels`
-//! compiled to PTX by rustc's `nvptx64-nvidia-cuda` target and embedded in
-//! this crate at build time.
+//! Ring collectives for NVIDIA GPUs (reduce-scatter, all-gather and
+//! all-reduce, with several channels per rank), written entirely in Rust:
+//! the kernels are the `no_std` crate `ringreduce-kernels` compiled to PTX
+//! by rustc's `nvptx64-nvidia-cuda` target and embedded in this crate at
+//! build time.
 //!
 //! * [`Communicator`]: `k` ranks, each on a GPU: one rank per GPU with
 //!   peer-to-peer writes between neighbours, several virtual ranks on one
 //!   GPU, or a mix.
 //! * [`CpuCommunicator`]: the same kernel code on CPU threads, for machines
 //!   without a GPU and for tests.
+//! * [`Collectives`]: the trait both implement, for code written once.
 //!
-//! ## Semantics
-//! Each rank's `send` holds `k` blocks of `recvcount` elements and its
-//! `recv` holds `recvcount`. Afterwards `recv` of user rank `u` is `op` over
-//! all ranks `j` of block `u` of `send[j]`. In place is supported
-//! (`recv = send + u * recvcount`). The fold order is fixed by the ring, so
-//! float results are deterministic run to run and identical between the GPU
-//! and the CPU execution.
+//! ## Semantics (NCCL's)
+//! For a count `n`:
+//! * **reduce-scatter**: `send` holds `k` blocks of `n`, `recv` holds `n`;
+//!   `recv` of user rank `u` is `op` over all ranks of block `u`. In place:
+//!   `recv = send + u * n`.
+//! * **all-gather**: `send` holds `n`, `recv` holds `k * n`; block `u` of
+//!   every `recv` is user rank `u`'s `send`. In place: `send = recv + u * n`.
+//! * **all-reduce**: `send` and `recv` hold `n` (any `n`); every `recv` is
+//!   `op` over all ranks' `send`, bitwise the same on every rank. In place:
+//!   `send == recv`.
+//!
+//! The fold order of every element is fixed by the ring and does not depend
+//! on the number of channels, so float results are deterministic run to
+//! run and identical between the GPU and the CPU execution.
 //!
 //! ## Arithmetic
 //! Integers wrap. Floats round to nearest even after every operation. `f16`
@@ -29,6 +38,7 @@
 
 #![deny(missing_docs)]
 
+mod collectives;
 pub mod config;
 pub mod cpu;
 pub mod element;
@@ -50,12 +60,13 @@ pub mod internals {
     pub use crate::planner::*;
 }
 
+pub use collectives::{Collectives, Region};
 pub use config::CommConfig;
 pub use cpu::{CpuBuffers, CpuCommunicator, HostBuffer, HostView};
 pub use element::{DataType, Element, RsElement};
 pub use error::{AbortSeen, Error, Result, TimeoutInfo};
-pub use gpu::{Communicator, RawBuffers, RsBuffers};
+pub use gpu::{Buffers, Communicator, RawBuffers};
 pub use half;
 pub use ring::RingOrder;
 pub use ringreduce_kernels as kernels;
-pub use ringreduce_kernels::{Op, WaitKind};
+pub use ringreduce_kernels::{Collective, Op, WaitKind};

@@ -1,11 +1,12 @@
-//! The planner: validates one reduce-scatter's buffers and turns them into
-//! per-rank kernel arguments. Pure functions over addresses, no GPU, shared
-//! by the GPU and the CPU communicators.
+//! The planner: wires the ranks' channels into a ring once, and turns each
+//! collective's buffers into per-rank work. Pure functions over addresses,
+//! no GPU, shared by the GPU and the CPU communicators.
 
 use crate::error::{Error, Result};
 use crate::ring::RingOrder;
-use ringreduce_kernels::plan::{common_residue, needs_padding, PlanError, Sizing};
-use ringreduce_kernels::{DataType, KernelArgs};
+use ringreduce_kernels::abi::{ChannelConn, Collective, RankConn, RankInfo, Work, MAX_CHANNELS};
+use ringreduce_kernels::plan::{common_residue, needs_padding, Geometry, PlanError, Sizing};
+use ringreduce_kernels::DataType;
 
 /// One rank's buffers, as addresses and element counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,59 +23,154 @@ pub struct BufferSpan {
 
 impl BufferSpan {
     /// Rank `rank`'s in-place buffer at `addr`, `len` elements of `size`
-    /// bytes: send is all of it and recv its block `rank`, so `len` must be
-    /// `k` equal blocks.
-    pub fn in_place(addr: u64, len: u64, k: usize, rank: usize, size: u64) -> Result<Self> {
+    /// bytes. A reduce-scatter sends all of it and receives its block
+    /// `rank`; an all-gather sends block `rank` and receives all of it (so
+    /// `len` must be `k` equal blocks); an all-reduce sends and receives all.
+    pub fn in_place(
+        collective: Collective,
+        addr: u64,
+        len: u64,
+        k: usize,
+        rank: usize,
+        size: u64,
+    ) -> Result<Self> {
+        if collective == Collective::AllReduce {
+            return Ok(BufferSpan {
+                send: addr,
+                send_len: len,
+                recv: addr,
+                recv_len: len,
+            });
+        }
         if k == 0 || !len.is_multiple_of(k as u64) {
             return Err(Error::InPlaceLength { rank, len, k });
         }
         let n = len / k as u64;
-        Ok(BufferSpan {
-            send: addr,
-            send_len: len,
-            recv: addr + rank as u64 * n * size,
-            recv_len: n,
+        let block = addr + rank as u64 * n * size;
+        Ok(if collective == Collective::ReduceScatter {
+            BufferSpan {
+                send: addr,
+                send_len: len,
+                recv: block,
+                recv_len: n,
+            }
+        } else {
+            BufferSpan {
+                send: block,
+                send_len: n,
+                recv: addr,
+                recv_len: len,
+            }
         })
     }
 }
 
-/// Where one rank's communicator state lives (device or host addresses).
+/// Where one channel of one rank lives (device or host addresses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RankWiring {
-    /// The rank's staging buffer.
+pub struct ChannelWiring {
+    /// The channel's staging ring.
     pub staging: u64,
-    /// Its "new data" flag.
-    pub new_data: u64,
-    /// Its "chunk done" flag.
-    pub chunk_done: u64,
-    /// Its slot word of the pointer handshake.
-    pub slot: u64,
-    /// The ring table as the rank's kernel reads it.
-    pub user_from_ring: u64,
-    /// Where the rank records how its last wait ended.
+    /// Its tail word (written by the predecessor).
+    pub tail: u64,
+    /// Its head word (written by the successor).
+    pub head: u64,
+    /// Where the channel records how its last wait ended.
     pub status: u64,
 }
 
-/// Communicator-wide settings that go into every rank's arguments.
+/// Where one rank's communicator state lives.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RankWiring {
+    /// The ring table as the rank's kernel reads it.
+    pub user_from_ring: u64,
+    /// Each channel's state; every rank has the same number.
+    pub channels: Vec<ChannelWiring>,
+}
+
+/// Communicator-wide settings that go into every rank's connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Control {
+pub struct Static {
     /// The abort word's address, or 0 with the watchdog off.
     pub abort_flag: u64,
     /// The wait timeout; 0 waits forever.
     pub timeout_ns: u64,
-    /// Test hook: (chunk, step) from which rank `fault_rank` drops signals.
-    pub fault: Option<(usize, u64, u64)>,
-    /// See [`crate::CommConfig::prefetch_rounds`].
-    pub prefetch_rounds: u64,
     /// Some rank runs on another device than the others: flags need
     /// system-scope fences (see [`ringreduce_kernels::Scope`]).
     pub system_scope: bool,
+    /// Staging bytes per channel.
+    pub staging_bytes: u64,
+}
+
+/// Each user rank's connection: its ring neighbours' staging and flags,
+/// channel by channel. Written to memory once, at creation.
+pub fn connect(ring: &RingOrder, wiring: &[RankWiring], st: Static) -> Vec<RankConn> {
+    let k = ring.len();
+    let ufr = ring.user_from_ring();
+    let mut conns = vec![RankConn::default(); k];
+    for (pos, &user) in ufr.iter().enumerate() {
+        let user = user as usize;
+        let succ = &wiring[ufr[(pos + 1) % k] as usize];
+        let pred = &wiring[ufr[(pos + k - 1) % k] as usize];
+        let me = &wiring[user];
+        let c = &mut conns[user];
+        c.rank = RankInfo {
+            k: k as u64,
+            ring_pos: pos as u64,
+            user_rank: user as u64,
+            user_from_ring: me.user_from_ring,
+            abort_flag: st.abort_flag,
+            timeout_ns: st.timeout_ns,
+            system_scope: st.system_scope as u64,
+            staging_bytes: st.staging_bytes,
+        };
+        for (ch, w) in me.channels.iter().enumerate().take(MAX_CHANNELS) {
+            c.channels[ch] = ChannelConn {
+                this_staging: w.staging,
+                next_staging: succ.channels[ch].staging,
+                this_tail: w.tail,
+                next_tail: succ.channels[ch].tail,
+                this_head: w.head,
+                prev_head: pred.channels[ch].head,
+                seq: 0,
+                status: w.status,
+            };
+        }
+    }
+    conns
+}
+
+/// Per-call settings besides the buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallOpts {
+    /// Staging bytes per channel.
+    pub buffer_bytes: u64,
+    /// Producer lanes per block.
+    pub threads: u64,
+    /// Channels asked for (`None`: chosen by size).
+    pub channels: Option<u64>,
+    /// Channels every rank has.
+    pub max_channels: u64,
+    /// See [`crate::CommConfig::prefetch_rounds`].
+    pub prefetch_rounds: u64,
+    /// Test hook: (rank, chunk, step) from which that rank drops signals.
+    pub fault: Option<(usize, u64, u64)>,
+}
+
+/// Bytes of a rank's input below which one more channel does not pay: a
+/// channel's fixed cost (launching a block, the flag round trips of its
+/// first slices) must be spread over at least this much data.
+pub const MIN_BYTES_PER_CHANNEL: u64 = 1 << 20;
+
+/// The channels for a call moving `bytes` per rank: one per
+/// [`MIN_BYTES_PER_CHANNEL`], between 1 and `max`.
+pub fn auto_channels(bytes: u64, max: u64) -> u64 {
+    (bytes / MIN_BYTES_PER_CHANNEL).clamp(1, max.max(1))
 }
 
 /// What a collective turns into.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Plan {
-    /// `recvcount == 0`, or one rank in place: nothing to do.
+    /// Nothing to move (a count of 0, or one rank in place).
     Nothing,
     /// One rank, out of place: copy `bytes` from `send` to `recv`.
     Copy {
@@ -85,14 +181,16 @@ pub enum Plan {
         /// This many bytes.
         bytes: u64,
     },
-    /// Launch one block per rank; `args[u]` is user rank `u`'s.
+    /// Launch `channels` blocks per rank; `works[u]` is user rank `u`'s.
     Launch {
-        /// The slices and chunks of the collective.
+        /// Blocks per rank.
+        channels: u64,
+        /// The staging slots of the call.
         sizing: Sizing,
         /// Whether every rank's blocks start on a pack boundary (no padding).
         aligned: bool,
-        /// Each user rank's kernel arguments.
-        args: Vec<KernelArgs>,
+        /// Each user rank's work.
+        works: Vec<Work>,
     },
 }
 
@@ -100,36 +198,70 @@ fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
     a.1 > 0 && b.1 > 0 && a.0 < b.0 + b.1 && b.0 < a.0 + a.1
 }
 
-/// Checks the buffers of a reduce-scatter: counts, sizes, alignment, the
-/// in-place layout and overlaps. Returns `recvcount`.
-pub fn validate(bufs: &[BufferSpan], k: usize, dtype: DataType) -> Result<u64> {
+/// The count of a collective (the elements each rank contributes per
+/// block): the `recv` length of a reduce-scatter, the `send` length of the
+/// others.
+fn count_of(c: Collective, b: &BufferSpan) -> u64 {
+    match c {
+        Collective::ReduceScatter => b.recv_len,
+        _ => b.send_len,
+    }
+}
+
+/// The (send, recv) lengths a collective of count `n` needs.
+fn lengths(c: Collective, k: u64, n: u64) -> (u64, u64) {
+    match c {
+        Collective::ReduceScatter => (k * n, n),
+        Collective::AllGather => (n, k * n),
+        Collective::AllReduce => (n, n),
+    }
+}
+
+/// Whether `b` is the in-place layout of rank `rank`.
+fn is_in_place(c: Collective, b: &BufferSpan, rank: u64, block_bytes: u64) -> bool {
+    match c {
+        Collective::ReduceScatter => b.recv == b.send + rank * block_bytes,
+        Collective::AllGather => b.send == b.recv + rank * block_bytes,
+        Collective::AllReduce => b.send == b.recv,
+    }
+}
+
+/// Checks the buffers of a collective: counts, lengths, alignment, the
+/// in-place layout and overlaps. Returns the count.
+pub fn validate(c: Collective, bufs: &[BufferSpan], k: usize, dtype: DataType) -> Result<u64> {
     let sz = dtype.size();
     if bufs.len() != k {
         return Err(Error::WrongBufferCount { got: bufs.len(), k });
     }
-    let n = bufs[0].recv_len;
+    let n = count_of(c, &bufs[0]);
     let overflow = Error::Overflow {
         k,
         recvcount: n,
         size: sz,
     };
     let block_bytes = n.checked_mul(sz).ok_or(overflow.clone())?;
-    let send_bytes = block_bytes.checked_mul(k as u64).ok_or(overflow.clone())?;
+    block_bytes.checked_mul(k as u64).ok_or(overflow.clone())?;
+    let (send_len, recv_len) = lengths(c, k as u64, n);
     let mut ranges = Vec::with_capacity(2 * k);
     for (rank, b) in bufs.iter().enumerate() {
-        if b.recv_len != n {
-            return Err(Error::CountMismatch {
-                rank,
-                got: b.recv_len,
-                want: n,
-            });
+        let got = count_of(c, b);
+        if got != n {
+            return Err(Error::CountMismatch { rank, got, want: n });
         }
-        let expected = n * k as u64;
-        if b.send_len != expected {
+        if b.send_len != send_len {
             return Err(Error::SendLength {
                 rank,
                 send_len: b.send_len,
-                expected,
+                expected: send_len,
+                collective: c.name(),
+            });
+        }
+        if b.recv_len != recv_len {
+            return Err(Error::RecvLength {
+                rank,
+                recv_len: b.recv_len,
+                expected: recv_len,
+                collective: c.name(),
             });
         }
         for (which, addr) in [("send", b.send), ("recv", b.recv)] {
@@ -150,13 +282,16 @@ pub fn validate(bufs: &[BufferSpan], k: usize, dtype: DataType) -> Result<u64> {
                 });
             }
         }
-        let send = (b.send, send_bytes);
-        let recv = (b.recv, block_bytes);
+        let send = (b.send, send_len * sz);
+        let recv = (b.recv, recv_len * sz);
         if send.0.checked_add(send.1).is_none() || recv.0.checked_add(recv.1).is_none() {
             return Err(overflow);
         }
-        if overlaps(send, recv) && b.recv != b.send + rank as u64 * block_bytes {
-            return Err(Error::InPlaceMisplaced { rank });
+        if overlaps(send, recv) && !is_in_place(c, b, rank as u64, block_bytes) {
+            return Err(Error::InPlaceMisplaced {
+                rank,
+                collective: c.name(),
+            });
         }
         ranges.push((rank, "send", send));
         ranges.push((rank, "recv", recv));
@@ -178,54 +313,52 @@ pub fn validate(bufs: &[BufferSpan], k: usize, dtype: DataType) -> Result<u64> {
     Ok(n)
 }
 
-/// Maps a sizing error to the library's error. `padded`: see
+/// The staging slots for `dtype`, as the library's error. `padded`: see
 /// [`needs_padding`]; whether the buffer is big enough does not depend on it.
-pub fn sizing(
-    k: usize,
-    n: u64,
-    dtype: DataType,
-    buffer_bytes: u64,
-    threads: u64,
-    padded: bool,
-) -> Result<Sizing> {
-    Sizing::new(k as u64, n, dtype.size(), buffer_bytes, threads, padded).map_err(|e| match e {
-        PlanError::ZeroRanks => Error::ZeroRanks,
-        PlanError::BufferTooSmall { need, have } => Error::BufferTooSmall { k, need, have },
+pub fn sizing(dtype: DataType, buffer_bytes: u64, threads: u64, padded: bool) -> Result<Sizing> {
+    Sizing::new(dtype.size(), buffer_bytes, threads, padded).map_err(|e| match e {
+        PlanError::BufferTooSmall { need, have } => Error::BufferTooSmall { need, have },
         PlanError::Overflow | PlanError::BadElementSize(_) => Error::Overflow {
-            k,
-            recvcount: n,
+            k: 0,
+            recvcount: 0,
             size: dtype.size(),
         },
     })
 }
 
-/// Plans one reduce-scatter: validates, sizes, picks the wide or scalar path
-/// and wires every rank to its ring neighbours.
-pub fn plan_reduce_scatter(
-    ring: &RingOrder,
-    wiring: &[RankWiring],
+/// Plans one collective over `k` ranks whose connections sit at `conns`
+/// (one address per user rank): validates, picks the channels, the wide or
+/// scalar path and the slots, and fills every rank's work.
+pub fn plan(
+    c: Collective,
+    conns: &[u64],
     bufs: &[BufferSpan],
     dtype: DataType,
-    buffer_bytes: u64,
-    threads: u64,
-    control: Control,
+    opts: CallOpts,
 ) -> Result<Plan> {
-    let k = ring.len();
+    let k = conns.len();
     if k == 0 {
         return Err(Error::ZeroRanks);
     }
-    let n = validate(bufs, k, dtype)?;
+    let n = validate(c, bufs, k, dtype)?;
+    let sz = dtype.size();
+    let blocks = Geometry::new(c, k as u64, n, sz, 1, 1);
+    // The buffer that holds every block, and the one that holds the own.
+    let (strided, own): (fn(&BufferSpan) -> u64, fn(&BufferSpan) -> u64) = match c {
+        Collective::AllGather => (|b| b.recv, |b| b.send),
+        _ => (|b| b.send, |b| b.recv),
+    };
     let residue = common_residue(
         bufs.iter()
             .enumerate()
-            .map(|(u, b)| (u as u64, b.send, b.recv)),
-        n,
-        dtype.size(),
+            .map(|(u, b)| (u as u64, strided(b), own(b))),
+        blocks.block_elems,
+        sz,
     );
     // Reject a too-small staging buffer even for sizes that would not use it,
     // so that a communicator's validity does not depend on the message size.
-    let padded = needs_padding(residue, n, dtype.size());
-    let sizing = sizing(k, n, dtype, buffer_bytes, threads, padded)?;
+    let padded = needs_padding(residue, blocks.block_elems, sz);
+    let sizing = sizing(dtype, opts.buffer_bytes, opts.threads, padded)?;
     if n == 0 {
         return Ok(Plan::Nothing);
     }
@@ -237,51 +370,42 @@ pub fn plan_reduce_scatter(
             Plan::Copy {
                 send: b.send,
                 recv: b.recv,
-                bytes: n * dtype.size(),
+                bytes: n * sz,
             }
         });
     }
-    let ufr = ring.user_from_ring();
-    let mut args = vec![KernelArgs::default(); k];
-    for (pos, &user) in ufr.iter().enumerate() {
-        let user = user as usize;
-        let succ = ufr[(pos + 1) % k] as usize;
-        let pred = ufr[(pos + k - 1) % k] as usize;
-        let (me, next, prev) = (&wiring[user], &wiring[succ], &wiring[pred]);
-        let (fault_chunk, fault_step) = match control.fault {
-            Some((r, c, s)) if r == user => (c, s),
-            _ => (u64::MAX, u64::MAX),
-        };
-        args[user] = KernelArgs {
-            k: k as u64,
-            ring_pos: pos as u64,
-            user_rank: user as u64,
-            user_from_ring: me.user_from_ring,
-            sizing,
-            aligned: residue.is_some() as u64,
-            send_residue: residue.unwrap_or(0),
-            send: bufs[user].send,
-            recv: bufs[user].recv,
-            this_buffer: me.staging,
-            next_buffer: next.staging,
-            this_new_data: me.new_data,
-            next_new_data: next.new_data,
-            this_chunk_done: me.chunk_done,
-            prev_chunk_done: prev.chunk_done,
-            this_slot: me.slot,
-            prev_slot: prev.slot,
-            abort_flag: control.abort_flag,
-            status: me.status,
-            timeout_ns: control.timeout_ns,
-            fault_chunk,
-            fault_step,
-            prefetch_rounds: control.prefetch_rounds,
-            system_scope: control.system_scope as u64,
-        };
-    }
+    let max = opts.max_channels.clamp(1, MAX_CHANNELS as u64);
+    let channels = match opts.channels {
+        Some(ch) => ch.clamp(1, max),
+        None => auto_channels(lengths(c, k as u64, n).0 * sz, max),
+    };
+    let geometry = Geometry::new(c, k as u64, n, sz, sizing.tile_elems, channels);
+    let works = (0..k)
+        .map(|u| {
+            let (fault_chunk, fault_step) = match opts.fault {
+                Some((r, ch, st)) if r == u => (ch, st),
+                _ => (u64::MAX, u64::MAX),
+            };
+            Work {
+                conn: conns[u],
+                collective: c as u64,
+                channels,
+                send: bufs[u].send,
+                recv: bufs[u].recv,
+                geometry,
+                sizing,
+                aligned: residue.is_some() as u64,
+                residue: residue.unwrap_or(0),
+                prefetch_rounds: opts.prefetch_rounds,
+                fault_chunk,
+                fault_step,
+            }
+        })
+        .collect();
     Ok(Plan::Launch {
+        channels,
         sizing,
         aligned: residue.is_some(),
-        args,
+        works,
     })
 }

@@ -1,12 +1,36 @@
-//! A plain sequential reduce-scatter, for checking results.
+//! Plain sequential collectives, for checking results. Each folds every
+//! element in the order the ring folds it, so floats come out bit-identical
+//! to the kernels'.
 
 use crate::ring::RingOrder;
+use ringreduce_kernels::abi::Collective;
+use ringreduce_kernels::plan::Geometry;
 use ringreduce_kernels::{Element, Op};
 
-/// `out[u][i]` is `op` over all ranks of `inputs[r][u * n + i]`, folded in the
-/// order the ring folds it: starting at the ring position after `u`'s and
-/// ending with `u`'s own input, then finished (the average divides). Floats
-/// come out bit-identical to the kernels'.
+/// The order the ring folds block `u`'s inputs in: starting at the ring
+/// position after `u`'s and ending with `u`'s own.
+fn fold_order(ring: &RingOrder, u: usize) -> Vec<usize> {
+    let k = ring.len();
+    let ufr = ring.user_from_ring();
+    let q = ring.ring_from_user(u);
+    (1..=k).map(|j| ufr[(q + j) % k] as usize).collect()
+}
+
+/// `op` over the ranks' element `at`, in `order`, then finished (the
+/// average divides).
+fn fold<T: Element>(inputs: &[&[T]], order: &[usize], at: usize, op: Op) -> T {
+    let mut acc = inputs[order[0]][at];
+    for &r in &order[1..] {
+        acc = op.apply(acc, inputs[r][at]);
+    }
+    if order.len() > 1 {
+        op.finish(acc, order.len() as u32)
+    } else {
+        acc
+    }
+}
+
+/// `out[u][i]` is `op` over all ranks of `inputs[r][u * n + i]`.
 pub fn reduce_scatter<T: Element>(inputs: &[&[T]], ring: &RingOrder, op: Op) -> Vec<Vec<T>> {
     let k = inputs.len();
     assert_eq!(ring.len(), k, "one input per rank");
@@ -14,27 +38,59 @@ pub fn reduce_scatter<T: Element>(inputs: &[&[T]], ring: &RingOrder, op: Op) -> 
         return Vec::new();
     }
     let n = inputs[0].len() / k;
-    let ufr = ring.user_from_ring();
     (0..k)
         .map(|u| {
-            let q = ring.ring_from_user(u);
-            let order: Vec<usize> = (1..=k).map(|j| ufr[(q + j) % k] as usize).collect();
+            let order = fold_order(ring, u);
             (0..n)
-                .map(|i| {
-                    let at = u * n + i;
-                    let mut acc = inputs[order[0]][at];
-                    for &r in &order[1..] {
-                        acc = op.apply(acc, inputs[r][at]);
-                    }
-                    if k > 1 {
-                        op.finish(acc, k as u32)
-                    } else {
-                        acc
-                    }
-                })
+                .map(|i| fold(inputs, &order, u * n + i, op))
                 .collect()
         })
         .collect()
+}
+
+/// Every rank's output: the inputs one after another, in user-rank order.
+pub fn all_gather<T: Element>(inputs: &[&[T]]) -> Vec<Vec<T>> {
+    let all: Vec<T> = inputs.iter().flat_map(|v| v.iter().copied()).collect();
+    vec![all; inputs.len()]
+}
+
+/// Every rank's output: `op` over all ranks of element `i`, folded as the
+/// reduce-scatter folds the all-reduce block that holds `i` (blocks of
+/// whole 16-byte packs, see [`Geometry`]).
+pub fn all_reduce<T: Element>(inputs: &[&[T]], ring: &RingOrder, op: Op) -> Vec<Vec<T>> {
+    let k = inputs.len();
+    assert_eq!(ring.len(), k, "one input per rank");
+    if k == 0 {
+        return Vec::new();
+    }
+    let n = inputs[0].len();
+    let g = Geometry::new(
+        Collective::AllReduce,
+        k as u64,
+        n as u64,
+        std::mem::size_of::<T>() as u64,
+        1,
+        1,
+    );
+    let orders: Vec<Vec<usize>> = (0..k).map(|u| fold_order(ring, u)).collect();
+    let out: Vec<T> = (0..n)
+        .map(|i| fold(inputs, &orders[i / g.block_elems as usize], i, op))
+        .collect();
+    vec![out; k]
+}
+
+/// The reference of any collective: each rank's output.
+pub fn collective<T: Element>(
+    c: Collective,
+    inputs: &[&[T]],
+    ring: &RingOrder,
+    op: Op,
+) -> Vec<Vec<T>> {
+    match c {
+        Collective::ReduceScatter => reduce_scatter(inputs, ring, op),
+        Collective::AllGather => all_gather(inputs),
+        Collective::AllReduce => all_reduce(inputs, ring, op),
+    }
 }
 
 #[cfg(test)]
@@ -62,5 +118,28 @@ mod tests {
         let out = reduce_scatter(&[&x0, &x1, &x2], &ring, Op::Sum);
         // (1 + -1e20) + 1e20 = 0 in f32; another order would give 1.
         assert_eq!(out[0][0], 0.0);
+    }
+
+    #[test]
+    fn all_reduce_folds_each_block_like_the_reduce_scatter() {
+        let ring = RingOrder::new(&[1, 0, 2]).unwrap();
+        // 12 f32 over 3 ranks: blocks of 4 (one pack each).
+        let x: Vec<Vec<f32>> = (0..3)
+            .map(|r| (0..12).map(|i| (r * 100 + i) as f32 * 0.1).collect())
+            .collect();
+        let refs: Vec<&[f32]> = x.iter().map(|v| v.as_slice()).collect();
+        let ar = all_reduce(&refs, &ring, Op::Sum);
+        let rs = reduce_scatter(&refs, &ring, Op::Sum);
+        let flat: Vec<f32> = rs.concat();
+        for out in &ar {
+            assert_eq!(
+                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                flat.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            );
+        }
+        assert_eq!(
+            all_gather(&[&[1u8, 2][..], &[3u8][..]]),
+            vec![vec![1, 2, 3]; 2]
+        );
     }
 }

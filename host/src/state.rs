@@ -4,7 +4,7 @@
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
 use crate::hooks::TestHooks;
-use crate::planner::Control;
+use crate::planner::{CallOpts, Static};
 use crate::ring::RingOrder;
 use crate::status::{first_error, rank_errors};
 use ringreduce_kernels::StatusRecord;
@@ -14,6 +14,8 @@ use std::sync::Mutex;
 pub(crate) struct CommState {
     pub ring: RingOrder,
     pub config: CommConfig,
+    /// Channels every rank has (and status records per rank).
+    pub max_channels: usize,
     broken: Mutex<Option<Error>>,
     /// Set by `abort()`: from then on every call reports `Aborted`, so a
     /// collective enqueued after the abort never runs, whatever the kernels
@@ -23,10 +25,11 @@ pub(crate) struct CommState {
 }
 
 impl CommState {
-    pub fn new(ring: RingOrder, config: CommConfig) -> Self {
+    pub fn new(ring: RingOrder, config: CommConfig, max_channels: usize) -> Self {
         CommState {
             ring,
             config,
+            max_channels,
             broken: Mutex::new(None),
             aborted: AtomicBool::new(false),
             hooks: Mutex::new(TestHooks::default()),
@@ -59,7 +62,7 @@ impl CommState {
     /// now on breaks it.
     pub fn check(&self, recs: &[StatusRecord]) -> Result<()> {
         if self.aborted.load(Ordering::SeqCst) {
-            return Err(match first_error(recs, &self.ring) {
+            return Err(match first_error(recs, self.max_channels, &self.ring) {
                 Some(e @ Error::Aborted { .. }) => e,
                 _ => Error::Aborted { seen: None },
             });
@@ -72,7 +75,7 @@ impl CommState {
         {
             return Err(Error::Broken(e.to_string()));
         }
-        if let Some(e) = first_error(recs, &self.ring) {
+        if let Some(e) = first_error(recs, self.max_channels, &self.ring) {
             self.mark_broken(&e);
             return Err(e);
         }
@@ -80,18 +83,29 @@ impl CommState {
     }
 
     pub fn rank_errors(&self, recs: &[StatusRecord]) -> Vec<Option<Error>> {
-        rank_errors(recs, &self.ring)
+        rank_errors(recs, self.max_channels, &self.ring)
     }
 
-    /// The watchdog settings for the kernels, given the abort word's address,
+    /// What every rank's connection holds, given the abort word's address
     /// and whether the ranks span devices.
-    pub fn control(&self, abort_word: u64, system_scope: bool) -> Control {
-        Control {
+    pub fn statics(&self, abort_word: u64, system_scope: bool) -> Static {
+        Static {
             abort_flag: if self.config.watchdog { abort_word } else { 0 },
             timeout_ns: self.config.timeout_ns(),
-            fault: self.hooks().lost_signal,
-            prefetch_rounds: self.config.effective_prefetch_rounds(),
             system_scope,
+            staging_bytes: self.config.buffer_bytes,
+        }
+    }
+
+    /// The settings of the next call, for `threads` producer lanes.
+    pub fn call_opts(&self, threads: u64) -> CallOpts {
+        CallOpts {
+            buffer_bytes: self.config.buffer_bytes,
+            threads,
+            channels: self.config.channels.map(|c| c as u64),
+            max_channels: self.max_channels as u64,
+            prefetch_rounds: self.config.effective_prefetch_rounds(),
+            fault: self.hooks().lost_signal,
         }
     }
 }

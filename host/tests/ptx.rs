@@ -1,7 +1,7 @@
 //! The embedded PTX holds every kernel and calls nothing it does not define.
 
 use ringreduce::gpu::module::{all_kernel_names, PTX};
-use ringreduce::kernels::plan::BLOCK_THREADS;
+use ringreduce::kernels::abi::BLOCK_THREADS;
 
 #[test]
 fn every_kernel_entry_is_present() {

@@ -98,8 +98,8 @@ pub struct ChannelConn {
 /// One rank's constants, written to device memory once, when the
 /// communicator is created.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RankConn {
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RankInfo {
     pub k: u64,
     /// This rank's position in the ring.
     pub ring_pos: u64,
@@ -116,26 +116,9 @@ pub struct RankConn {
     pub system_scope: u64,
     /// Bytes of staging per channel.
     pub staging_bytes: u64,
-    pub channels: [ChannelConn; MAX_CHANNELS],
 }
 
-impl Default for RankConn {
-    fn default() -> Self {
-        RankConn {
-            k: 0,
-            ring_pos: 0,
-            user_rank: 0,
-            user_from_ring: 0,
-            abort_flag: 0,
-            timeout_ns: 0,
-            system_scope: 0,
-            staging_bytes: 0,
-            channels: [ChannelConn::default(); MAX_CHANNELS],
-        }
-    }
-}
-
-impl RankConn {
+impl RankInfo {
     /// The scope of this rank's flag signals and acquires.
     #[inline(always)]
     pub fn scope(&self) -> Scope {
@@ -143,6 +126,25 @@ impl RankConn {
             Scope::Sys
         } else {
             Scope::Gpu
+        }
+    }
+}
+
+/// A rank's connection: its constants and its channels. The kernel reads
+/// the parts it needs through a raw pointer ([`Work::conn`]) and writes only
+/// the `seq` word of its own channel.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankConn {
+    pub rank: RankInfo,
+    pub channels: [ChannelConn; MAX_CHANNELS],
+}
+
+impl Default for RankConn {
+    fn default() -> Self {
+        RankConn {
+            rank: RankInfo::default(),
+            channels: [ChannelConn::default(); MAX_CHANNELS],
         }
     }
 }

@@ -33,7 +33,7 @@
 //! control lane signals nothing more, but every barrier is still passed, so
 //! nothing deadlocks.
 
-use crate::abi::{ChannelConn, Collective, RankConn, WaitKind, Work, MAX_CHANNELS};
+use crate::abi::{ChannelConn, Collective, RankConn, RankInfo, WaitKind, Work, MAX_CHANNELS};
 use crate::device::{Device, Handoff};
 use crate::element::Element;
 use crate::flags::{signal, wait_until, WaitCtx, WaitSite};
@@ -43,11 +43,15 @@ use crate::primitives::{self, LaneCtx, Slot};
 use crate::ring::block_for_step;
 use crate::schedule::Schedule;
 use core::mem::size_of;
+use core::ptr::addr_of;
 
-/// What every lane of a channel's block knows about the call.
+/// What every lane of a channel's block knows about the call: copies of
+/// the connection's parts it reads, and the one word it writes.
 struct Channel<'a> {
-    conn: &'a RankConn,
-    chan: &'a ChannelConn,
+    rank: RankInfo,
+    chan: ChannelConn,
+    /// The channel's `seq` word in the connection.
+    seq: *mut u64,
     work: &'a Work,
     sched: Schedule,
     chunks: Chunking,
@@ -79,25 +83,32 @@ pub unsafe fn run<D: Device + Handoff, T: Element, O: ReduceOp, const THREADS: u
     d: &D,
     w: &Work,
 ) {
-    let conn = &*(w.conn as *const RankConn);
+    let conn = w.conn as *const RankConn;
     let index = d.block_idx();
     let Some(collective) = Collective::from_u64(w.collective) else {
         return;
     };
-    if conn.k < 2 || index >= w.channels || index >= MAX_CHANNELS as u64 {
+    if index >= w.channels || index >= MAX_CHANNELS as u64 {
         return;
     }
-    let chan = &conn.channels[index as usize];
+    // No reference to the connection is made: its `seq` words change.
+    let rank = addr_of!((*conn).rank).read();
+    let chan_at = addr_of!((*conn).channels[index as usize]);
+    let seq = addr_of!((*chan_at).seq) as *mut u64;
+    if rank.k < 2 {
+        return;
+    }
     let ch = Channel {
-        conn,
-        chan,
+        rank,
+        chan: chan_at.read(),
+        seq,
         work: w,
-        sched: Schedule::new(collective, conn.k),
+        sched: Schedule::new(collective, rank.k),
         chunks: Chunking::new(&w.sizing, w.geometry.channel_len(index)),
         index,
         // Every lane reads it before the barrier below; the control lane
         // advances it only after the producers finished the last slice.
-        base: d.load_volatile(&chan.seq),
+        base: d.load_volatile(seq),
     };
     let tid = d.thread_idx();
     let control = tid == THREADS;
@@ -165,7 +176,7 @@ unsafe fn control_lane<D: Device + Handoff>(d: &D, ch: &Channel) {
     finish(i, moved, failed);
     if !failed {
         // In a ring every rank receives what it sends: one count serves.
-        d.store_volatile(&ch.chan.seq as *const u64 as *mut u64, sent);
+        d.store_volatile(ch.seq, sent);
     }
 }
 
@@ -173,7 +184,7 @@ unsafe fn control_lane<D: Device + Handoff>(d: &D, ch: &Channel) {
 /// be free, and the slot it reads must be full.
 #[inline(always)]
 unsafe fn wait_for_slice<D: Device>(d: &D, ch: &Channel, s: SliceAt) -> bool {
-    let ctx = WaitCtx::of(ch.conn, ch.index);
+    let ctx = WaitCtx::of(&ch.rank, &ch.chan, ch.index);
     let site = |kind, expected| WaitSite {
         kind,
         chunk: s.chunk,
@@ -215,7 +226,7 @@ unsafe fn publish<D: Device>(d: &D, ch: &Channel, s: SliceAt) {
         Some(j) => (ch.chan.prev_head, j + 1),
         None => (0, 0),
     };
-    signal(d, ch.conn.scope(), [tail, head]);
+    signal(d, ch.rank.scope(), [tail, head]);
 }
 
 /// A producer lane: every slice in order, each once it is released,
@@ -227,9 +238,9 @@ unsafe fn producer_lane<D: Device + Handoff, T: Element, O: ReduceOp, const THRE
     ch: &Channel,
     tid: u64,
 ) {
-    let (conn, w, g) = (ch.conn, ch.work, &ch.work.geometry);
-    let k = conn.k;
-    let ufr = core::slice::from_raw_parts(conn.user_from_ring as *const u32, k as usize);
+    let (w, g) = (ch.work, &ch.work.geometry);
+    let k = ch.rank.k;
+    let ufr = core::slice::from_raw_parts(ch.rank.user_from_ring as *const u32, k as usize);
     let sz = size_of::<T>() as u64;
     let lane = LaneCtx {
         tid,
@@ -279,7 +290,7 @@ impl StepAt {
     #[inline(always)]
     fn of(ch: &Channel, s: SliceAt, ufr: &[u32], aligned: bool, sz: u64) -> Self {
         let g = &ch.work.geometry;
-        let block = block_for_step(ufr, ch.conn.ring_pos, ch.sched.ring_step(s.step));
+        let block = block_for_step(ufr, ch.rank.ring_pos, ch.sched.ring_step(s.step));
         let (off, len) = g.channel_part(ch.index, g.block_len(block));
         StepAt {
             block,

@@ -1,7 +1,7 @@
 //! The flag protocol's primitives: bounded waits, signals and the status
 //! record a wait that gives up leaves for the host.
 
-use crate::abi::{RankConn, StatusRecord, WaitKind, WaitOutcome};
+use crate::abi::{ChannelConn, RankInfo, StatusRecord, WaitKind, WaitOutcome};
 use crate::device::{Device, Scope};
 
 /// Polls between two looks at the abort word and the clock. The abort word
@@ -24,17 +24,17 @@ pub struct WaitCtx {
 }
 
 impl WaitCtx {
-    /// The context of channel `channel` of the rank `conn` describes.
+    /// The context of channel number `channel`, `chan`, of rank `rank`.
     #[inline(always)]
-    pub fn of(conn: &RankConn, channel: u64) -> Self {
+    pub fn of(rank: &RankInfo, chan: &ChannelConn, channel: u64) -> Self {
         WaitCtx {
-            abort_flag: conn.abort_flag,
-            timeout_ns: conn.timeout_ns,
-            status: conn.channels[channel as usize].status,
-            user_rank: conn.user_rank,
-            ring_pos: conn.ring_pos,
+            abort_flag: rank.abort_flag,
+            timeout_ns: rank.timeout_ns,
+            status: chan.status,
+            user_rank: rank.user_rank,
+            ring_pos: rank.ring_pos,
             channel,
-            scope: conn.scope(),
+            scope: rank.scope(),
         }
     }
 }
@@ -148,4 +148,3 @@ pub unsafe fn signal<D: Device, const N: usize>(d: &D, scope: Scope, flags: [(u6
         }
     }
 }
-

@@ -22,10 +22,12 @@ macro_rules! entry {
         pub mod $on {
             #[export_name = $crate::entry_name!($tn, $on)]
             pub unsafe extern "ptx-kernel" fn entry(w: $crate::abi::Work) {
-                $crate::engine::run::<super::super::Block, $t, $crate::op::$op, { $crate::abi::GPU_THREADS }>(
-                    &super::super::Block::default(),
-                    &w,
-                );
+                $crate::engine::run::<
+                    super::super::Block,
+                    $t,
+                    $crate::op::$op,
+                    { $crate::abi::GPU_THREADS },
+                >(&super::super::Block::default(), &w);
             }
         }
     };

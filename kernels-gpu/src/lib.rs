@@ -39,7 +39,7 @@ pub mod transfer;
 mod kernels;
 
 pub use abi::{
-    ChannelConn, Collective, RankConn, StatusRecord, WaitKind, WaitOutcome, Work,
+    ChannelConn, Collective, RankConn, RankInfo, StatusRecord, WaitKind, WaitOutcome, Work,
 };
 pub use device::{Device, Handoff, Scope};
 pub use element::{DataType, Element};

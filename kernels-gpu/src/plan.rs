@@ -263,7 +263,9 @@ pub fn needs_padding(residue: Option<u64>, block_elems: u64, elem_size: u64) -> 
     match residue {
         Some(r) => {
             !r.is_multiple_of(PACK_BYTES)
-                || !block_elems.wrapping_mul(elem_size).is_multiple_of(PACK_BYTES)
+                || !block_elems
+                    .wrapping_mul(elem_size)
+                    .is_multiple_of(PACK_BYTES)
         }
         None => false,
     }
@@ -393,9 +395,15 @@ mod tests {
     #[test]
     fn geometry_of_each_collective() {
         let g = Geometry::new(Collective::ReduceScatter, 4, 10, 4, 512, 1);
-        assert_eq!((g.total, g.block_elems, g.in_stride, g.out_stride), (40, 10, 10, 0));
+        assert_eq!(
+            (g.total, g.block_elems, g.in_stride, g.out_stride),
+            (40, 10, 10, 0)
+        );
         let g = Geometry::new(Collective::AllGather, 4, 10, 4, 512, 1);
-        assert_eq!((g.total, g.block_elems, g.in_stride, g.out_stride), (40, 10, 0, 10));
+        assert_eq!(
+            (g.total, g.block_elems, g.in_stride, g.out_stride),
+            (40, 10, 0, 10)
+        );
         // 1000 f32 over 8 ranks: blocks of 128 (whole packs), the last 104.
         let g = Geometry::new(Collective::AllReduce, 8, 1000, 4, 512, 1);
         assert_eq!(g.block_elems, 128);

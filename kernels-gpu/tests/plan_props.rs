@@ -33,7 +33,10 @@ fn check_share(
         for &l in &sl {
             if l > 0 {
                 prop_assert_eq!(off % chunks.tile_elems, 0, "slice start keeps the residue");
-                prop_assert!(residue + l * elem <= s.slot_stride_bytes, "slice overruns its slot");
+                prop_assert!(
+                    residue + l * elem <= s.slot_stride_bytes,
+                    "slice overruns its slot"
+                );
             }
             off += l;
         }

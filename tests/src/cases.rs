@@ -1,15 +1,16 @@
 //! Test cases and the matrix they are drawn from.
 
-use crate::backend::{Backend, Spec};
+use crate::checked::{lengths, run, Spec};
 use crate::data::inputs;
 use crate::data::with_type;
-use ringreduce::{DataType, Op, Result};
+use ringreduce::{Collective, Collectives, DataType, Op, Result};
 
 /// How buffers sit relative to 16-byte packs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Offsets {
-    /// Every send `o` elements in, and every recv where its block's residue
-    /// matches: the wide-pack path runs (with a scalar head when `o` is odd).
+    /// Every buffer that holds all blocks `o` elements in, and every one that
+    /// holds a rank's own block where that block's residue matches: the
+    /// wide-pack path runs (with a scalar head when `o` is odd).
     Congruent(usize),
     /// Offsets that differ between ranks: usually the scalar path.
     Scattered(usize),
@@ -17,6 +18,7 @@ pub enum Offsets {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Case {
+    pub collective: Collective,
     pub dtype: DataType,
     pub op: Op,
     pub n: usize,
@@ -34,11 +36,15 @@ pub struct Outcome {
 impl Case {
     pub fn offsets(&self, k: usize) -> (Vec<usize>, Vec<usize>) {
         let lanes = 16 / self.dtype.size() as usize;
+        let own: Vec<usize> = (0..k)
+            .map(|u| (o_of(self.offsets) + u * self.n) % lanes)
+            .collect();
         match self.offsets {
-            Offsets::Congruent(o) => (
-                vec![o; k],
-                (0..k).map(|u| (o + u * self.n) % lanes).collect(),
-            ),
+            Offsets::Congruent(o) => match self.collective {
+                Collective::ReduceScatter => (vec![o; k], own),
+                Collective::AllGather => (own, vec![o; k]),
+                Collective::AllReduce => (vec![o; k], vec![o; k]),
+            },
             Offsets::Scattered(o) => (
                 (0..k).map(|u| (o + u) % 4).collect(),
                 (0..k).map(|u| (o + 2 * u + 1) % 4).collect(),
@@ -47,24 +53,32 @@ impl Case {
     }
 }
 
+fn o_of(o: Offsets) -> usize {
+    match o {
+        Offsets::Congruent(o) | Offsets::Scattered(o) => o,
+    }
+}
+
 /// Runs one case on a backend and compares every element (and every guard
 /// element around the buffers) with the sequential reference.
-pub fn run_case<B: Backend>(b: &B, c: &Case) -> Result<Outcome> {
-    let k = b.k();
+pub fn run_case<C: Collectives>(comm: &C, c: &Case) -> Result<Outcome> {
+    let k = comm.k();
     let (send_off, recv_off) = c.offsets(k);
+    let send_len = lengths(c.collective, k, c.n).0;
     let wrong = with_type!(c.dtype, T => {
         let spec = Spec::<T> {
-            inputs: inputs::<T>(c.seed, k, k * c.n),
+            collective: c.collective,
+            inputs: inputs::<T>(c.seed, k, send_len),
             n: c.n,
             op: c.op,
             in_place: c.in_place,
             send_off,
             recv_off,
         };
-        b.run(spec, c.seed)?
+        run(comm, spec, c.seed)?
     });
     Ok(Outcome {
-        elements: k * c.n,
+        elements: k * send_len,
         wrong,
     })
 }
@@ -72,11 +86,12 @@ pub fn run_case<B: Backend>(b: &B, c: &Case) -> Result<Outcome> {
 /// The counts every backend runs.
 pub const COUNTS: [usize; 13] = [0, 1, 2, 3, 7, 8, 9, 255, 256, 257, 1023, 4097, 65537];
 
-/// A sample of the (type, op, count, placement, offset) matrix for one `k`:
-/// every type meets every op, every count meets several types and both
-/// placements, and offsets cycle through 0..3 in both kinds. `stride`
-/// thins the sample (1 = every type x op at every count).
-pub fn matrix(k: usize, counts: &[usize], stride: usize) -> Vec<Case> {
+/// A sample of the (type, op, count, placement, offset) matrix of one
+/// collective for one `k`: every type meets every op, every count meets
+/// several types and both placements, and offsets cycle through 0..3 in
+/// both kinds. `stride` thins the sample (1 = every type x op at every
+/// count).
+pub fn matrix(collective: Collective, k: usize, counts: &[usize], stride: usize) -> Vec<Case> {
     let mut out = Vec::new();
     let mut i = 0usize;
     for (ci, &n) in counts.iter().enumerate() {
@@ -88,6 +103,7 @@ pub fn matrix(k: usize, counts: &[usize], stride: usize) -> Vec<Case> {
                 }
                 let o = i % 4;
                 out.push(Case {
+                    collective,
                     dtype,
                     op,
                     n,
@@ -97,7 +113,7 @@ pub fn matrix(k: usize, counts: &[usize], stride: usize) -> Vec<Case> {
                     } else {
                         Offsets::Congruent(o)
                     },
-                    seed: (k as u64) << 40 | (n as u64) << 8 | i as u64,
+                    seed: (collective as u64) << 56 | (k as u64) << 40 | (n as u64) << 8 | i as u64,
                 });
             }
         }

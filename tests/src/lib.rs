@@ -1,13 +1,13 @@
 //! The harness the integration tests share: deterministic inputs for every
-//! type, one `Backend` trait over the CPU execution and the GPU, and a case
-//! runner that compares against the sequential reference bit for bit.
+//! type, checked collectives over the library's `Collectives` trait (so the
+//! CPU execution and the GPU run the same cases), and a case runner that
+//! compares against the sequential reference bit for bit.
 
-pub mod backend;
 pub mod cases;
+pub mod checked;
 pub mod data;
 pub mod soak;
 
-pub use backend::{Backend, CpuBackend, GpuBackend};
 pub use cases::{run_case, Case, Outcome};
 pub use data::with_type;
 

@@ -1,6 +1,6 @@
-//! The GPU soak: thousands of back-to-back reduce-scatters of random types,
-//! ops, counts, placements and stream sets on one communicator, with no
-//! host synchronisation except at checkpoints.
+//! The GPU soak: thousands of back-to-back collectives of random kinds,
+//! types, ops, counts, placements and stream sets on one communicator, with
+//! no host synchronisation except at checkpoints.
 //!
 //! Inputs come from read-only pools filled once, with values whose
 //! reduction has a closed form (`f(j) + g(r)` for sum, max, min and avg;
@@ -10,7 +10,7 @@
 use crate::data::with_type;
 use crate::data::Rng;
 use cudarc::driver::{CudaSlice, CudaStream};
-use ringreduce::{Communicator, DataType, Op, Result, RsBuffers, RsElement};
+use ringreduce::{Buffers, Collective, Communicator, DataType, Op, Result, RsElement};
 use std::any::Any;
 use std::sync::Arc;
 
@@ -175,6 +175,7 @@ fn make_pools<T: Pattern>(streams: &[Arc<CudaStream>], k: usize, len: usize) -> 
 }
 
 struct Done<T> {
+    collective: Collective,
     op: Op,
     n: usize,
     offset: usize,
@@ -194,6 +195,7 @@ trait Verify {
 }
 
 struct Fetched<T> {
+    collective: Collective,
     op: Op,
     k: usize,
     n: usize,
@@ -203,16 +205,21 @@ struct Fetched<T> {
 
 impl<T: Pattern> Check for Done<T> {
     fn fetch(&self, k: usize) -> Result<Box<dyn Verify + Send + Sync>> {
-        // Only each rank's result block comes back: for in place that is
-        // block `u` of the whole buffer (k times less to copy).
+        // Only each rank's result comes back: for an in-place
+        // reduce-scatter that is block `u` of the whole buffer.
         let got = (0..k)
             .map(|u| {
-                let base = if self.in_place { u * self.n } else { 0 };
-                let block = self.out[u].slice(base..base + self.n);
+                let (base, len) = match self.collective {
+                    Collective::ReduceScatter if self.in_place => (u * self.n, self.n),
+                    Collective::AllGather => (0, k * self.n),
+                    _ => (0, self.n),
+                };
+                let block = self.out[u].slice(base..base + len);
                 Ok(self.streams[u].clone_dtoh(&block)?)
             })
             .collect::<Result<_>>()?;
         Ok(Box::new(Fetched {
+            collective: self.collective,
             op: self.op,
             k,
             n: self.n,
@@ -225,9 +232,19 @@ impl<T: Pattern> Check for Done<T> {
 impl<T: Pattern> Verify for Fetched<T> {
     fn wrong(&self) -> usize {
         let mut w = 0;
+        let n = self.n.max(1);
         for (u, got) in self.got.iter().enumerate() {
             for (i, g) in got.iter().enumerate() {
-                let want = expected::<T>(self.op, self.k, self.offset + u * self.n + i);
+                let want = match self.collective {
+                    Collective::ReduceScatter => {
+                        expected::<T>(self.op, self.k, self.offset + u * self.n + i)
+                    }
+                    // Block b of the output is rank b's additive pool.
+                    Collective::AllGather => {
+                        pool_value::<T>(false, self.k, i / n, self.offset + i % n)
+                    }
+                    Collective::AllReduce => expected::<T>(self.op, self.k, self.offset + i),
+                };
                 if bytemuck::bytes_of(g) != bytemuck::bytes_of(&want) {
                     w += 1;
                 }
@@ -306,6 +323,7 @@ pub fn soak(
     let mut pending: Vec<Box<dyn Check>> = Vec::new();
     let log_max = (max_count as f64).log2();
     for i in 0..ops {
+        let collective = Collective::ALL[rng.below(3) as usize];
         let di = rng.below(10) as usize;
         let dtype = DataType::ALL[di];
         let op = Op::ALL[rng.below(5) as usize];
@@ -319,41 +337,44 @@ pub fn soak(
         let in_place = rng.below(2) == 0;
         let offset = rng.below(16) as usize;
         let set = &stream_sets[rng.below(stream_sets.len() as u64) as usize];
+        let (send_len, recv_len) = crate::checked::lengths(collective, k, n);
         let p: Box<dyn Check> = with_type!(dtype, T => {
             let pool = pools[di].downcast_ref::<Pools<T>>().expect("pool type");
-            let src = if op == Op::Prod { &pool.prod } else { &pool.add };
+            let prod = op == Op::Prod && collective != Collective::AllGather;
+            let src = if prod { &pool.prod } else { &pool.add };
             let mut out: Vec<CudaSlice<T>> = Vec::with_capacity(k);
             for u in 0..k {
                 let s = &set[u];
-                if in_place {
-                    let mut b = s.alloc_zeros::<T>((k * n).max(1))?;
-                    if n > 0 {
-                        s.memcpy_dtod(&src[u].slice(offset..offset + k * n), &mut b.slice_mut(0..k * n))?;
-                    }
-                    out.push(b);
-                } else {
-                    out.push(s.alloc_zeros::<T>(n.max(1))?);
+                let mut b = s.alloc_zeros::<T>(recv_len.max(send_len).max(1))?;
+                if in_place && n > 0 {
+                    // The input where the in-place layout wants it.
+                    let at = if collective == Collective::AllGather { u * n } else { 0 };
+                    s.memcpy_dtod(
+                        &src[u].slice(offset..offset + send_len),
+                        &mut b.slice_mut(at..at + send_len),
+                    )?;
                 }
+                out.push(b);
             }
             {
-                let mut bufs: Vec<RsBuffers<'_, T>> = out
+                let mut bufs: Vec<Buffers<'_, T>> = out
                     .iter_mut()
                     .enumerate()
                     .map(|(u, o)| {
                         if in_place {
-                            RsBuffers::in_place(o.slice_mut(0..k * n))
+                            Buffers::in_place(o.slice_mut(0..send_len.max(recv_len)))
                         } else {
-                            RsBuffers::out_of_place(src[u].slice(offset..offset + k * n), o.slice_mut(0..n))
+                            Buffers::out_of_place(src[u].slice(offset..offset + send_len), o.slice_mut(0..recv_len))
                         }
                     })
                     .collect();
-                comm.reduce_scatter(&mut bufs, op, set)?;
+                comm.collective(collective, &mut bufs, op, set)?;
             }
-            Box::new(Done::<T> { op, n, offset, in_place, out, streams: set.clone() })
+            Box::new(Done::<T> { collective, op, n, offset, in_place, out, streams: set.clone() })
         });
         pending.push(p);
         rep.ops += 1;
-        rep.elements += k * n;
+        rep.elements += k * send_len;
         rep.empty += (n == 0) as usize;
         rep.in_place += in_place as usize;
         if (i + 1) % checkpoint == 0 || i + 1 == ops {

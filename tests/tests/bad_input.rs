@@ -1,10 +1,13 @@
 //! Every bad input is a typed error, launches nothing (the output sentinel
 //! stays untouched) and leaves the communicator working.
 
-use ringreduce::internals::{plan_reduce_scatter, validate, BufferSpan, Control, RankWiring};
+use ringreduce::internals::{
+    connect, plan, validate, BufferSpan, CallOpts, ChannelWiring, Plan, RankWiring, Static,
+};
+use ringreduce::kernels::abi::GPU_THREADS;
 use ringreduce::{
-    CommConfig, Communicator, CpuBuffers, CpuCommunicator, DataType, Error, HostBuffer, Op,
-    RingOrder,
+    Collective, CommConfig, Communicator, CpuBuffers, CpuCommunicator, DataType, Error, HostBuffer,
+    Op, RingOrder,
 };
 
 const K: usize = 3;
@@ -88,7 +91,8 @@ fn send_not_k_times_recv() {
             Error::SendLength {
                 rank: 1,
                 send_len: 299,
-                expected: 300
+                expected: 300,
+                collective: "reduce-scatter"
             }
         )
     });
@@ -117,7 +121,7 @@ fn in_place_at_the_wrong_block() {
     let mut b = s.good();
     // Rank 1's recv inside its own send, but at block 2.
     b[1] = CpuBuffers::out_of_place(s.send[1].as_view(), s.send[1].view(2 * N..3 * N));
-    s.expect(&b, |e| matches!(e, Error::InPlaceMisplaced { rank: 1 }));
+    s.expect(&b, |e| matches!(e, Error::InPlaceMisplaced { rank: 1, .. }));
 }
 
 #[test]
@@ -162,12 +166,14 @@ fn bad_communicators() {
     assert!(matches!(CpuCommunicator::new(0), Err(Error::ZeroRanks)));
     assert!(matches!(
         CpuCommunicator::with_config(4, CommConfig::default().buffer_bytes(1000)),
-        Err(Error::BufferTooSmall {
-            k: 4,
-            have: 1000,
-            ..
-        })
+        Err(Error::BufferTooSmall { have: 1000, .. })
     ));
+    for ch in [0, 33] {
+        assert!(matches!(
+            CpuCommunicator::with_config(3, CommConfig::default().channels(ch)),
+            Err(Error::TooManyChannels { channels, max: 32, .. }) if channels == ch as usize
+        ));
+    }
     assert!(matches!(
         CpuCommunicator::with_config(3, CommConfig::default().ring_order(vec![0, 0, 1])),
         Err(Error::BadRingOrder { k: 3, .. })
@@ -213,6 +219,112 @@ fn spans(k: usize, n: u64, sz: u64) -> Vec<BufferSpan> {
         .collect()
 }
 
+/// The all-gather's and the all-reduce's own shapes: a typed error, and
+/// nothing written.
+#[test]
+fn all_gather_and_all_reduce_shapes() {
+    let comm = CpuCommunicator::new(K).unwrap();
+    let send: Vec<HostBuffer<f32>> = (0..K).map(|_| HostBuffer::from_slice(&[1.0; N])).collect();
+    let recv: Vec<HostBuffer<f32>> = (0..K)
+        .map(|_| HostBuffer::from_slice(&[SENTINEL; K * N]))
+        .collect();
+    let untouched = |recv: &[HostBuffer<f32>]| {
+        assert!(recv
+            .iter()
+            .all(|r| r.to_vec().iter().all(|&x| x == SENTINEL)));
+    };
+    // All-gather: recv must be k times send.
+    let mut b: Vec<CpuBuffers<f32>> = (0..K)
+        .map(|u| CpuBuffers::out_of_place(send[u].as_view(), recv[u].as_view()))
+        .collect();
+    b[1] = CpuBuffers::out_of_place(send[1].as_view(), recv[1].view(0..K * N - 1));
+    let e = comm.all_gather(&b).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::RecvLength {
+                rank: 1,
+                recv_len: 299,
+                expected: 300,
+                collective: "all-gather"
+            }
+        ),
+        "{e}"
+    );
+    // All-gather in place: send must be block `rank` of recv.
+    b[1] = CpuBuffers::out_of_place(recv[1].view(0..N), recv[1].as_view());
+    let e = comm.all_gather(&b).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InPlaceMisplaced {
+                rank: 1,
+                collective: "all-gather"
+            }
+        ),
+        "{e}"
+    );
+    // All-reduce: recv as long as send, and in place only exactly.
+    let mut b: Vec<CpuBuffers<f32>> = (0..K)
+        .map(|u| CpuBuffers::out_of_place(send[u].as_view(), recv[u].view(0..N)))
+        .collect();
+    b[2] = CpuBuffers::out_of_place(send[2].as_view(), recv[2].view(0..N + 1));
+    let e = comm.all_reduce(&b, Op::Sum).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::RecvLength {
+                rank: 2,
+                expected: 100,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    b[2] = CpuBuffers::out_of_place(recv[2].view(1..N + 1), recv[2].view(0..N));
+    let e = comm.all_reduce(&b, Op::Sum).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InPlaceMisplaced {
+                rank: 2,
+                collective: "all-reduce"
+            }
+        ),
+        "{e}"
+    );
+    b[2] = CpuBuffers::out_of_place(send[2].view(0..N - 1), recv[2].view(0..N - 1));
+    let e = comm.all_reduce(&b, Op::Sum).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::CountMismatch {
+                rank: 2,
+                got: 99,
+                want: 100
+            }
+        ),
+        "{e}"
+    );
+    // An in-place all-gather buffer must be k equal blocks.
+    let b: Vec<CpuBuffers<f32>> = (0..K)
+        .map(|u| CpuBuffers::in_place(recv[u].view(0..K * N - 1)))
+        .collect();
+    assert!(matches!(
+        comm.all_gather(&b).unwrap_err(),
+        Error::InPlaceLength { rank: 0, .. }
+    ));
+    comm.synchronize().unwrap();
+    untouched(&recv);
+    // And the communicator still works: an in-place all-reduce of ones.
+    let b: Vec<CpuBuffers<f32>> = (0..K)
+        .map(|u| CpuBuffers::in_place(send[u].as_view()))
+        .collect();
+    comm.all_reduce(&b, Op::Sum).unwrap();
+    comm.synchronize().unwrap();
+    assert!(send.iter().all(|s| s.to_vec() == vec![K as f32; N]));
+}
+
 #[test]
 fn byte_sizes_that_overflow() {
     // 2^60 f64 per block fit in 64 bits of bytes; four blocks do not.
@@ -224,7 +336,7 @@ fn byte_sizes_that_overflow() {
         x.send_len = n * k as u64;
     }
     assert!(matches!(
-        validate(&s, k, DataType::F64),
+        validate(Collective::ReduceScatter, &s, k, DataType::F64),
         Err(Error::Overflow { k: 4, .. })
     ));
 }
@@ -234,7 +346,7 @@ fn misaligned_addresses() {
     let mut s = spans(2, 10, 4);
     s[1].recv += 2;
     assert!(matches!(
-        validate(&s, 2, DataType::F32),
+        validate(Collective::ReduceScatter, &s, 2, DataType::F32),
         Err(Error::Misaligned {
             rank: 1,
             which: "recv",
@@ -243,22 +355,40 @@ fn misaligned_addresses() {
     ));
 }
 
+fn opts(buffer_bytes: u64, threads: u64) -> CallOpts {
+    CallOpts {
+        buffer_bytes,
+        threads,
+        channels: None,
+        max_channels: 1,
+        prefetch_rounds: 0,
+        fault: None,
+    }
+}
+
 #[test]
 fn plan_for_k1_is_a_copy_or_nothing() {
-    let ring = RingOrder::identity(1);
-    let w = [RankWiring::default()];
     let s = spans(1, 10, 4);
-    let p =
-        plan_reduce_scatter(&ring, &w, &s, DataType::F32, 1 << 21, 4, Control::default()).unwrap();
-    assert!(matches!(
-        p,
-        ringreduce::internals::Plan::Copy { bytes: 40, .. }
-    ));
+    let p = plan(
+        Collective::ReduceScatter,
+        &[0],
+        &s,
+        DataType::F32,
+        opts(1 << 21, 4),
+    )
+    .unwrap();
+    assert!(matches!(p, Plan::Copy { bytes: 40, .. }));
     let mut s = s;
     s[0].recv = s[0].send;
-    let p =
-        plan_reduce_scatter(&ring, &w, &s, DataType::F32, 1 << 21, 4, Control::default()).unwrap();
-    assert_eq!(p, ringreduce::internals::Plan::Nothing);
+    let p = plan(
+        Collective::ReduceScatter,
+        &[0],
+        &s,
+        DataType::F32,
+        opts(1 << 21, 4),
+    )
+    .unwrap();
+    assert_eq!(p, Plan::Nothing);
 }
 
 /// Staging padding is only paid for when a block starts off a pack boundary:
@@ -266,21 +396,16 @@ fn plan_for_k1_is_a_copy_or_nothing() {
 /// 2 MiB, shifted or ragged ones 7 tiles and a pack.
 #[test]
 fn plan_pads_only_when_a_residue_needs_it() {
-    use ringreduce::kernels::plan::GPU_THREADS;
-    let ring = RingOrder::identity(4);
-    let w = [RankWiring::default(); 4];
-    let stride = |s: &[BufferSpan]| match plan_reduce_scatter(
-        &ring,
-        &w,
+    let stride = |s: &[BufferSpan]| match plan(
+        Collective::ReduceScatter,
+        &[0; 4],
         s,
         DataType::F32,
-        2 << 20,
-        GPU_THREADS,
-        Control::default(),
+        opts(2 << 20, GPU_THREADS),
     )
     .unwrap()
     {
-        ringreduce::internals::Plan::Launch { sizing, .. } => sizing.slot_stride_bytes,
+        Plan::Launch { sizing, .. } => sizing.slot_stride_bytes,
         p => panic!("expected a launch, got {p:?}"),
     };
     let n = 1 << 20;
@@ -309,25 +434,78 @@ fn plan_pads_only_when_a_residue_needs_it() {
     assert_eq!(stride(&shifted), 7 * 32768 + 16);
 }
 
-/// The flag scope travels to every rank's arguments: system scope only when
-/// the communicator says its ranks span devices.
+/// Automatic channels grow with the message, up to what the ranks have; a
+/// configured count is used as given.
 #[test]
-fn plan_carries_the_flag_scope() {
-    use ringreduce::kernels::Scope;
-    let ring = RingOrder::identity(3);
-    let w = [RankWiring::default(); 3];
-    let s = spans(3, 1000, 4);
-    for system_scope in [false, true] {
-        let control = Control {
-            system_scope,
-            ..Control::default()
+fn plan_chooses_channels_by_size() {
+    let channels = |n: u64, ch: Option<u64>| {
+        let o = CallOpts {
+            channels: ch,
+            max_channels: 8,
+            ..opts(2 << 20, GPU_THREADS)
         };
-        match plan_reduce_scatter(&ring, &w, &s, DataType::F32, 1 << 21, 4, control).unwrap() {
-            ringreduce::internals::Plan::Launch { args, .. } => {
-                let want = if system_scope { Scope::Sys } else { Scope::Gpu };
-                assert!(args.iter().all(|a| a.scope() == want));
+        match plan(
+            Collective::ReduceScatter,
+            &[0; 4],
+            &spans(4, n, 4),
+            DataType::F32,
+            o,
+        )
+        .unwrap()
+        {
+            Plan::Launch {
+                channels, works, ..
+            } => {
+                assert!(works.iter().all(|w| w.channels == channels));
+                channels
             }
             p => panic!("expected a launch, got {p:?}"),
+        }
+    };
+    assert_eq!(channels(1000, None), 1);
+    assert_eq!(channels(1 << 16, None), 1);
+    assert_eq!(channels(1 << 17, None), 2);
+    assert_eq!(channels(1 << 28, None), 8);
+    assert_eq!(channels(1000, Some(3)), 3);
+}
+
+/// The flag scope and the neighbours' state travel into every rank's
+/// connection: system scope only when the ranks span devices, and each
+/// channel wired to the same channel of its ring neighbours.
+#[test]
+fn connections_wire_the_ring() {
+    use ringreduce::kernels::Scope;
+    let ring = RingOrder::new(&[2, 0, 1]).unwrap();
+    let w: Vec<RankWiring> = (0..3u64)
+        .map(|u| RankWiring {
+            user_from_ring: 0,
+            channels: (0..2u64)
+                .map(|c| ChannelWiring {
+                    staging: 1000 * u + c,
+                    tail: 2000 * u + c,
+                    head: 3000 * u + c,
+                    status: 0,
+                })
+                .collect(),
+        })
+        .collect();
+    for system_scope in [false, true] {
+        let st = Static {
+            system_scope,
+            ..Static::default()
+        };
+        let conns = connect(&ring, &w, st);
+        let want = if system_scope { Scope::Sys } else { Scope::Gpu };
+        assert!(conns.iter().all(|c| c.rank.scope() == want));
+        // User 2 is at ring position 0: its successor is 0, its predecessor 1.
+        let c = &conns[2];
+        assert_eq!(c.rank.ring_pos, 0);
+        for ch in 0..2u64 {
+            let cc = &c.channels[ch as usize];
+            assert_eq!(cc.next_staging, ch);
+            assert_eq!(cc.next_tail, ch);
+            assert_eq!(cc.prev_head, 3000 + ch);
+            assert_eq!((cc.this_staging, cc.seq), (2000 + ch, 0));
         }
     }
 }

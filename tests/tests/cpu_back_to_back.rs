@@ -1,17 +1,17 @@
-//! Many collectives queued on one CPU communicator with no synchronisation
-//! between them: the pointer handshake must keep them apart.
+//! Many collectives of every kind queued on one CPU communicator with no
+//! synchronisation between them: the staging rings' head and tail counters
+//! must keep them apart.
 
-use ringreduce::CommConfig;
-use ringreduce_tests::backend::{submit_random, Backend, Pending};
+use ringreduce::{CommConfig, CpuCommunicator};
+use ringreduce_tests::checked::{submit_random, Pending};
 use ringreduce_tests::data::Rng;
 use ringreduce_tests::soak::{env_or, soak_ks, soak_ring};
-use ringreduce_tests::CpuBackend;
 
 #[test]
 fn two_hundred_back_to_back() {
     let k = 4;
     let cfg = CommConfig::default().ring_order(vec![2, 0, 3, 1]);
-    let b = CpuBackend::new(k, cfg).unwrap();
+    let b = CpuCommunicator::with_config(k, cfg).unwrap();
     let mut rng = Rng(42);
     let mut pending: Vec<Box<dyn Pending + '_>> = Vec::new();
     let mut elements = 0;
@@ -28,13 +28,13 @@ fn two_hundred_back_to_back() {
         elements += sent;
         pending.push(p);
     }
-    b.sync().unwrap();
+    b.synchronize().unwrap();
     let mut wrong = 0;
     for p in pending {
         wrong += p.wrong().unwrap();
     }
     assert_eq!(wrong, 0);
-    println!("200 back-to-back collectives, {elements} elements, 0 wrong");
+    println!("200 back-to-back mixed collectives, {elements} elements, 0 wrong");
 }
 
 /// The soak on the CPU execution: `RINGREDUCE_SOAK_OPS` (default 300)
@@ -44,7 +44,8 @@ fn two_hundred_back_to_back() {
 fn cpu_soak() {
     let ops: u64 = env_or("RINGREDUCE_SOAK_OPS", 300);
     for k in soak_ks(&[3]) {
-        let b = CpuBackend::new(k, CommConfig::default().ring_order(soak_ring(k))).unwrap();
+        let cfg = CommConfig::default().ring_order(soak_ring(k));
+        let b = CpuCommunicator::with_config(k, cfg).unwrap();
         let mut rng = Rng(300 + k as u64);
         let mut pending: Vec<Box<dyn Pending + '_>> = Vec::new();
         let (mut wrong, mut checkpoints, mut elements) = (0, 0, 0);
@@ -56,7 +57,7 @@ fn cpu_soak() {
             elements += sent;
             pending.push(p);
             if (i + 1) % 50 == 0 || i + 1 == ops {
-                b.sync().unwrap();
+                b.synchronize().unwrap();
                 for p in pending.drain(..) {
                     wrong += p.wrong().unwrap();
                 }

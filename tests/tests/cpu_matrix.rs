@@ -1,20 +1,22 @@
-//! The reduce-scatter matrix on the CPU execution: the same kernel code,
-//! flags and sizing as the GPU, with 4 + 1 lanes per rank.
+//! The collective matrix on the CPU execution: the same kernel code, flags
+//! and sizing as the GPU, with 4 + 1 lanes per block.
 
-use ringreduce::kernels::plan::{CPU_THREADS, PACK_BYTES, UNROLL};
-use ringreduce::{CommConfig, DataType, Op};
+use proptest::prelude::*;
+use ringreduce::kernels::abi::CPU_THREADS;
+use ringreduce::kernels::plan::{PACK_BYTES, STAGING_SLOTS, UNROLL};
+use ringreduce::{Collective, CommConfig, CpuCommunicator, DataType, Op};
 use ringreduce_tests::cases::{matrix, Case, Offsets, COUNTS};
-use ringreduce_tests::{run_case, shuffled, Backend, CpuBackend};
+use ringreduce_tests::{run_case, shuffled};
 
-fn run_all(b: &CpuBackend, cases: &[Case]) -> (usize, usize) {
+fn run_all(comm: &CpuCommunicator, cases: &[Case]) -> (usize, usize) {
     let mut elements = 0;
     for c in cases {
-        let o = run_case(b, c).unwrap_or_else(|e| panic!("{} {c:?}: {e}", b.name()));
+        let o = run_case(comm, c).unwrap_or_else(|e| panic!("k={} {c:?}: {e}", comm.k()));
         assert_eq!(
             o.wrong,
             0,
-            "{}: {c:?}: {} wrong elements",
-            b.name(),
+            "k={}: {c:?}: {} wrong elements",
+            comm.k(),
             o.wrong
         );
         elements += o.elements;
@@ -22,47 +24,94 @@ fn run_all(b: &CpuBackend, cases: &[Case]) -> (usize, usize) {
     (cases.len(), elements)
 }
 
-#[test]
-fn matrix_identity_and_shuffled_rings() {
+fn comm(k: usize, cfg: CommConfig) -> CpuCommunicator {
+    CpuCommunicator::with_config(k, cfg).unwrap()
+}
+
+/// Every collective, over rings of 1 to 8 ranks, identity and shuffled.
+fn matrix_of(c: Collective) {
     let mut total = (0, 0);
     for k in [1usize, 2, 3, 4, 5, 8] {
         // Larger k runs fewer samples: each collective has more ranks.
-        let stride = if k >= 5 { 6 } else { 3 };
-        let b = CpuBackend::new(k, CommConfig::default()).unwrap();
-        let (c, e) = run_all(&b, &matrix(k, &COUNTS, stride));
-        total.0 += c;
+        let stride = if k >= 5 { 9 } else { 4 };
+        let b = comm(k, CommConfig::default());
+        let (n, e) = run_all(&b, &matrix(c, k, &COUNTS, stride));
+        total.0 += n;
         total.1 += e;
         if k >= 3 {
-            let cfg = CommConfig::default().ring_order(shuffled(k));
-            let b = CpuBackend::new(k, cfg).unwrap();
-            let (c, e) = run_all(&b, &matrix(k + 1, &COUNTS, stride));
-            total.0 += c;
+            let b = comm(k, CommConfig::default().ring_order(shuffled(k)));
+            let (n, e) = run_all(&b, &matrix(c, k + 1, &COUNTS, stride));
+            total.0 += n;
             total.1 += e;
         }
     }
     println!(
-        "cpu matrix: {} collectives, {} elements, 0 wrong",
-        total.0, total.1
+        "cpu {} matrix: {} collectives, {} elements, 0 wrong",
+        c.name(),
+        total.0,
+        total.1
     );
 }
 
+#[test]
+fn reduce_scatter_matrix() {
+    matrix_of(Collective::ReduceScatter);
+}
+
+#[test]
+fn all_gather_matrix() {
+    matrix_of(Collective::AllGather);
+}
+
+#[test]
+fn all_reduce_matrix() {
+    matrix_of(Collective::AllReduce);
+}
+
+/// Channels C = 1..4 on counts that give every channel data, for every
+/// collective: each result is checked against the reference, which does
+/// not depend on C, so results are bitwise the same for every C.
+#[test]
+fn channels_one_to_four() {
+    let mut ran = 0;
+    for ch in 1..=4u32 {
+        for k in [2usize, 3, 4] {
+            let b = comm(
+                k,
+                CommConfig::default().channels(ch).ring_order(shuffled(k)),
+            );
+            for c in Collective::ALL {
+                let cases = matrix(c, k, &[5000, 20_001], 11);
+                ran += run_all(&b, &cases).0;
+            }
+        }
+    }
+    assert!(ran > 0);
+}
+
 /// A staging buffer of a few tiles per slot forces many chunks, the
-/// remainder (halving) rule and an uneven last chunk.
+/// remainder (halving) rule, an uneven last chunk and the staging rings
+/// wrapping many times.
 #[test]
 fn many_chunks_with_a_small_buffer() {
     let tile_bytes = UNROLL * CPU_THREADS * PACK_BYTES;
-    for (k, tiles) in [(2usize, 3u64), (3, 2), (4, 5), (5, 1)] {
-        let buffer = 2 * k as u64 * (tiles * tile_bytes + PACK_BYTES);
+    for (k, tiles, ch) in [(2usize, 3u64, 1u32), (3, 2, 2), (4, 5, 1), (5, 1, 3)] {
+        let buffer = STAGING_SLOTS * (tiles * tile_bytes + PACK_BYTES);
         let cfg = CommConfig::default()
             .buffer_bytes(buffer)
+            .channels(ch)
             .ring_order(shuffled(k));
-        let b = CpuBackend::new(k, cfg).unwrap();
+        let b = comm(k, cfg);
         for (i, &dtype) in DataType::ALL.iter().enumerate() {
             let tile = (tile_bytes / dtype.size()) as usize;
             let chunk = 2 * tiles as usize * tile;
             // Several full chunks plus odd tails; 2.25 chunks triggers halving.
-            for n in [3 * chunk + 5, 2 * chunk + chunk / 4, 7 * chunk - 1] {
+            for (j, n) in [3 * chunk + 5, 2 * chunk + chunk / 4, 7 * chunk - 1]
+                .into_iter()
+                .enumerate()
+            {
                 let c = Case {
+                    collective: Collective::ALL[(i + j) % 3],
                     dtype,
                     op: Op::ALL[(i + n) % 5],
                     n,
@@ -81,13 +130,49 @@ fn many_chunks_with_a_small_buffer() {
     }
 }
 
-/// The loops with prefetch off and far ahead (the default is one round):
-/// prefetching is only a hint, so the results must be the same.
+/// The loops with prefetch off and far ahead: prefetching is only a hint,
+/// so the results must be the same.
 #[test]
 fn prefetch_distances_give_the_same_results() {
     for pf in [0u8, 4, 15] {
-        let b = CpuBackend::new(3, CommConfig::default().prefetch_rounds(pf)).unwrap();
-        let (c, _) = run_all(&b, &matrix(3, &COUNTS, 9));
+        let b = comm(3, CommConfig::default().prefetch_rounds(pf));
+        let (c, _) = run_all(&b, &matrix(Collective::AllReduce, 3, &COUNTS, 9));
         assert!(c > 0);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Any collective, type, count and placement gives the reference's
+    /// bits with every channel count: so no result depends on C, and every
+    /// rank's all-reduce result is the same (the reference gives every rank
+    /// one vector).
+    #[test]
+    fn results_do_not_depend_on_channels(
+        ci in 0usize..3,
+        di in 0usize..10,
+        oi in 0usize..5,
+        k in 2usize..=4,
+        n in prop_oneof![0usize..40, 0usize..30_000],
+        in_place in any::<bool>(),
+        congruent in any::<bool>(),
+        o in 0usize..4,
+        seed in any::<u64>(),
+    ) {
+        let case = Case {
+            collective: Collective::ALL[ci],
+            dtype: DataType::ALL[di],
+            op: Op::ALL[oi],
+            n,
+            in_place,
+            offsets: if congruent { Offsets::Congruent(o) } else { Offsets::Scattered(o) },
+            seed,
+        };
+        for ch in 1..=4u32 {
+            let b = comm(k, CommConfig::default().channels(ch));
+            let got = run_case(&b, &case).unwrap();
+            prop_assert_eq!(got.wrong, 0, "C={} {:?}", ch, case);
+        }
     }
 }

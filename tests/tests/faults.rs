@@ -1,20 +1,40 @@
-//! Faults on the CPU execution: a missing rank, an abort, a lost signal
-//! and poisoned inputs. The GPU versions live in gpu_faults.rs.
+//! Faults on the CPU execution, for every collective: a missing rank, an
+//! abort, a lost signal and poisoned inputs. The GPU versions live in
+//! gpu_faults.rs.
 
-use ringreduce::{CommConfig, CpuBuffers, CpuCommunicator, Error, HostBuffer, Op, WaitKind};
+use ringreduce::kernels::abi::CPU_THREADS;
+use ringreduce::kernels::plan::{tile_bytes, PACK_BYTES, STAGING_SLOTS};
+use ringreduce::{
+    Collective, CommConfig, CpuBuffers, CpuCommunicator, Error, HostBuffer, Op, WaitKind,
+};
+use ringreduce_tests::checked::lengths;
 use std::time::{Duration, Instant};
 
+/// Staging of `tiles` tiles per slot: many slices, so a stall upstream
+/// soon fills every slot.
+fn small_staging(tiles: u64) -> u64 {
+    STAGING_SLOTS * (tiles * tile_bytes(CPU_THREADS) + PACK_BYTES)
+}
+
+/// Reduce-scatter buffers with count `n`.
 fn buffers(k: usize, n: usize) -> (Vec<HostBuffer<f32>>, Vec<HostBuffer<f32>>) {
+    buffers_for(Collective::ReduceScatter, k, n)
+}
+
+/// Buffers of collective `c` with count `n`: rank `r` sends
+/// `(i * 3 + r) % 11` at element `i`.
+fn buffers_for(c: Collective, k: usize, n: usize) -> (Vec<HostBuffer<f32>>, Vec<HostBuffer<f32>>) {
+    let (send_len, recv_len) = lengths(c, k, n);
     let send = (0..k)
         .map(|r| {
             HostBuffer::from_slice(
-                &(0..k * n)
+                &(0..send_len)
                     .map(|i| ((i * 3 + r) % 11) as f32)
                     .collect::<Vec<_>>(),
             )
         })
         .collect();
-    let recv = (0..k).map(|_| HostBuffer::zeroed(n)).collect();
+    let recv = (0..k).map(|_| HostBuffer::zeroed(recv_len)).collect();
     (send, recv)
 }
 
@@ -38,19 +58,28 @@ fn healthy_again(k: usize) {
 
 #[test]
 fn missing_rank_times_out_and_names_it() {
+    for c in Collective::ALL {
+        missing_rank(c);
+    }
+}
+
+fn missing_rank(c: Collective) {
     let k = 5;
     let missing = 2;
     let timeout = Duration::from_millis(800);
-    let comm = CpuCommunicator::with_config(k, CommConfig::default().timeout(timeout)).unwrap();
+    let cfg = CommConfig::default()
+        .timeout(timeout)
+        .buffer_bytes(small_staging(2));
+    let comm = CpuCommunicator::with_config(k, cfg).unwrap();
     comm.withhold_rank(Some(missing));
-    let (send, recv) = buffers(k, 50_000);
+    let (send, recv) = buffers_for(c, k, 50_000);
     let t0 = Instant::now();
-    comm.reduce_scatter(&bufs(&send, &recv), Op::Sum).unwrap();
+    comm.collective(c, &bufs(&send, &recv), Op::Sum).unwrap();
     let err = comm
         .synchronize()
         .expect_err("a missing rank must time out");
     let took = t0.elapsed();
-    println!("missing rank: error after {took:?}: {err}");
+    println!("{} missing rank: error after {took:?}: {err}", c.name());
     assert!(took < timeout + Duration::from_secs(1), "took {took:?}");
     // The reported error points at the missing rank.
     assert!(
@@ -70,8 +99,10 @@ fn missing_rank_times_out_and_names_it() {
             .unwrap_or_else(|| panic!("rank {u} reported nothing"));
         assert!(matches!(e, Error::Timeout(_)), "rank {u}: {e}");
         if u == pred {
+            // It stalls either on the missing rank's full staging ring or,
+            // sooner, on data from upstream, which itself waits on it.
             assert!(
-                matches!(e, Error::Timeout(t) if t.peer == missing && t.waiting_for == WaitKind::NextAnnounced),
+                matches!(e, Error::Timeout(t) if (t.peer == missing) == (t.waiting_for == WaitKind::SlotFree)),
                 "{e}"
             );
         }
@@ -81,7 +112,7 @@ fn missing_rank_times_out_and_names_it() {
     }
     // Broken from now on; a new communicator works.
     assert!(matches!(
-        comm.reduce_scatter(&bufs(&send, &recv), Op::Sum),
+        comm.collective(c, &bufs(&send, &recv), Op::Sum),
         Err(Error::Broken(_))
     ));
     assert!(matches!(comm.synchronize(), Err(Error::Broken(_))));
@@ -90,14 +121,21 @@ fn missing_rank_times_out_and_names_it() {
 
 #[test]
 fn abort_from_another_thread_ends_every_rank() {
+    for c in Collective::ALL {
+        abort_from_another_thread(c);
+    }
+}
+
+fn abort_from_another_thread(c: Collective) {
     let k = 4;
-    let comm =
-        CpuCommunicator::with_config(k, CommConfig::default().timeout(Duration::from_secs(60)))
-            .unwrap();
+    let cfg = CommConfig::default()
+        .timeout(Duration::from_secs(60))
+        .buffer_bytes(small_staging(2));
+    let comm = CpuCommunicator::with_config(k, cfg).unwrap();
     // A rank that never comes keeps the collective running until aborted.
     comm.withhold_rank(Some(3));
-    let (send, recv) = buffers(k, 200_000);
-    comm.reduce_scatter(&bufs(&send, &recv), Op::Sum).unwrap();
+    let (send, recv) = buffers_for(c, k, 200_000);
+    comm.collective(c, &bufs(&send, &recv), Op::Sum).unwrap();
     let t_abort = std::thread::scope(|s| {
         let h = s.spawn(|| {
             std::thread::sleep(Duration::from_millis(200));
@@ -110,7 +148,10 @@ fn abort_from_another_thread_ends_every_rank() {
         assert!(matches!(err, Error::Aborted { .. }), "{err}");
         t.elapsed()
     });
-    println!("abort: all ranks returned {t_abort:?} after abort()");
+    println!(
+        "{} abort: all ranks returned {t_abort:?} after abort()",
+        c.name()
+    );
     assert!(t_abort < Duration::from_secs(1));
     for (u, e) in comm.rank_errors().iter().enumerate().take(3) {
         assert!(matches!(e, Some(Error::Aborted { .. })), "rank {u}: {e:?}");
@@ -150,19 +191,33 @@ fn abort_before_the_enqueue_refuses_the_collective_1000_of_1000() {
 #[cfg(feature = "fault-injection")]
 #[test]
 fn lost_signal_is_a_timeout_naming_the_step() {
+    for c in Collective::ALL {
+        lost_signal(c);
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+fn lost_signal(c: Collective) {
     let k = 4;
     let timeout = Duration::from_millis(500);
     // A small staging buffer gives several chunks.
     let cfg = CommConfig::default()
         .timeout(timeout)
-        .buffer_bytes(2 * 4 * (512 + 16));
+        .buffer_bytes(small_staging(1))
+        .channels(1);
     let comm = CpuCommunicator::with_config(k, cfg).unwrap();
     let (faulty, chunk, step) = (1usize, 2u64, 1u64);
     comm.inject_lost_signal(faulty, chunk, step);
-    let (send, recv) = buffers(k, 2000);
-    comm.reduce_scatter(&bufs(&send, &recv), Op::Sum).unwrap();
+    // Four blocks per rank of 2000 (the all-reduce's count is all four).
+    let n = if c == Collective::AllReduce {
+        8000
+    } else {
+        2000
+    };
+    let (send, recv) = buffers_for(c, k, n);
+    comm.collective(c, &bufs(&send, &recv), Op::Sum).unwrap();
     let err = comm.synchronize().expect_err("a lost signal must time out");
-    println!("lost signal: {err}");
+    println!("{} lost signal: {err}", c.name());
     let (_, succ) = comm.ring_order().neighbours(faulty);
     match &err {
         Error::Timeout(t) => {

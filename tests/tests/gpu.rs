@@ -1,22 +1,23 @@
-//! The reduce-scatter on the GPU with virtual ranks. Without a GPU the
+//! The collectives on the GPU with virtual ranks. Without a GPU the
 //! harness reports every test as ignored, with the reason.
 
-use ringreduce::kernels::plan::{GPU_THREADS, PACK_BYTES, UNROLL};
-use ringreduce::{CommConfig, DataType, Op};
-use ringreduce_tests::backend::{submit_random, Backend, Pending};
+use ringreduce::kernels::abi::GPU_THREADS;
+use ringreduce::kernels::plan::{tile_bytes, PACK_BYTES, STAGING_SLOTS};
+use ringreduce::{Collective, CommConfig, Communicator, DataType, Op};
 use ringreduce_tests::cases::{matrix, Case, Offsets, COUNTS};
+use ringreduce_tests::checked::{submit_random, Pending};
 use ringreduce_tests::data::Rng;
-use ringreduce_tests::{run_case, run_gpu_tests, shuffled, GpuBackend};
+use ringreduce_tests::{gpu_comm, run_case, run_gpu_tests, shuffled};
 
-fn run_all(b: &GpuBackend, cases: &[Case]) -> (usize, usize) {
+fn run_all(comm: &Communicator, cases: &[Case]) -> (usize, usize) {
     let mut elements = 0;
     for c in cases {
-        let o = run_case(b, c).unwrap_or_else(|e| panic!("{} {c:?}: {e}", b.name()));
+        let o = run_case(comm, c).unwrap_or_else(|e| panic!("k={} {c:?}: {e}", comm.k()));
         assert_eq!(
             o.wrong,
             0,
-            "{}: {c:?}: {} wrong elements",
-            b.name(),
+            "k={}: {c:?}: {} wrong elements",
+            comm.k(),
             o.wrong
         );
         elements += o.elements;
@@ -24,18 +25,23 @@ fn run_all(b: &GpuBackend, cases: &[Case]) -> (usize, usize) {
     (cases.len(), elements)
 }
 
+/// Every collective over rings of 1 to 8 virtual ranks, identity and
+/// shuffled, with one channel and with three.
 fn gpu_matrix(dev: usize) {
     let mut total = (0, 0);
-    for k in [1usize, 2, 3, 4, 8] {
-        let b = GpuBackend::new(dev, k, CommConfig::default()).unwrap();
-        let (c, e) = run_all(&b, &matrix(k, &COUNTS, 1));
-        total.0 += c;
-        total.1 += e;
-        if k >= 3 {
-            let b = GpuBackend::new(dev, k, CommConfig::default().ring_order(shuffled(k))).unwrap();
-            let (c, e) = run_all(&b, &matrix(k + 1, &COUNTS, 2));
-            total.0 += c;
+    for c in Collective::ALL {
+        for k in [1usize, 2, 3, 4, 8] {
+            let b = gpu_comm(dev, k, CommConfig::default()).unwrap();
+            let (n, e) = run_all(&b, &matrix(c, k, &COUNTS, 2));
+            total.0 += n;
             total.1 += e;
+            if k >= 3 {
+                let cfg = CommConfig::default().ring_order(shuffled(k)).channels(3);
+                let b = gpu_comm(dev, k, cfg).unwrap();
+                let (n, e) = run_all(&b, &matrix(c, k + 1, &COUNTS, 3));
+                total.0 += n;
+                total.1 += e;
+            }
         }
     }
     println!(
@@ -44,20 +50,39 @@ fn gpu_matrix(dev: usize) {
     );
 }
 
-fn gpu_small_buffer_many_chunks(dev: usize) {
-    let tile_bytes = UNROLL * GPU_THREADS * PACK_BYTES;
+/// Channels 1 to 4 on counts that give every channel data.
+fn gpu_channels(dev: usize) {
     let mut count = 0;
-    for (k, tiles) in [(2usize, 3u64), (3, 2), (4, 5), (8, 1)] {
-        let buffer = 2 * k as u64 * (tiles * tile_bytes + PACK_BYTES);
+    for ch in 1..=4u32 {
+        for k in [2usize, 4] {
+            let b = gpu_comm(dev, k, CommConfig::default().channels(ch)).unwrap();
+            for c in Collective::ALL {
+                count += run_all(&b, &matrix(c, k, &[100_003, 1 << 20], 7)).0;
+            }
+        }
+    }
+    println!("gpu channels 1-4: {count} collectives, 0 wrong");
+}
+
+fn gpu_small_buffer_many_chunks(dev: usize) {
+    let tile = tile_bytes(GPU_THREADS);
+    let mut count = 0;
+    for (k, tiles, ch) in [(2usize, 3u64, 1u32), (3, 2, 2), (4, 5, 1), (8, 1, 2)] {
+        let buffer = STAGING_SLOTS * (tiles * tile + PACK_BYTES);
         let cfg = CommConfig::default()
             .buffer_bytes(buffer)
+            .channels(ch)
             .ring_order(shuffled(k));
-        let b = GpuBackend::new(dev, k, cfg).unwrap();
+        let b = gpu_comm(dev, k, cfg).unwrap();
         for (i, &dtype) in DataType::ALL.iter().enumerate() {
-            let tile = (tile_bytes / dtype.size()) as usize;
+            let tile = (tile / dtype.size()) as usize;
             let chunk = 2 * tiles as usize * tile;
-            for n in [3 * chunk + 5, 2 * chunk + chunk / 4, 7 * chunk - 1] {
+            for (j, n) in [3 * chunk + 5, 2 * chunk + chunk / 4, 7 * chunk - 1]
+                .into_iter()
+                .enumerate()
+            {
                 let c = Case {
+                    collective: Collective::ALL[(i + j) % 3],
                     dtype,
                     op: Op::ALL[(i + n) % 5],
                     n,
@@ -79,18 +104,69 @@ fn gpu_small_buffer_many_chunks(dev: usize) {
 }
 
 fn gpu_large_counts(dev: usize) {
-    // recvcount * k = elements per rank, up to 2^26.
-    let runs: [(usize, DataType, Op, usize, bool); 6] = [
-        (4, DataType::F32, Op::Sum, 1 << 24, false),
-        (4, DataType::F32, Op::Sum, (1 << 24) - 3, true),
-        (8, DataType::Bf16, Op::Sum, 1 << 23, false),
-        (2, DataType::F64, Op::Max, 1 << 25, false),
-        (3, DataType::I32, Op::Avg, (1 << 24) + 7, true),
-        (4, DataType::F16, Op::Prod, 1 << 24, false),
+    // Up to 2^26 elements per rank, automatic channels.
+    let runs: [(Collective, usize, DataType, Op, usize, bool); 7] = [
+        (
+            Collective::ReduceScatter,
+            4,
+            DataType::F32,
+            Op::Sum,
+            1 << 24,
+            false,
+        ),
+        (
+            Collective::ReduceScatter,
+            4,
+            DataType::F32,
+            Op::Sum,
+            (1 << 24) - 3,
+            true,
+        ),
+        (
+            Collective::AllGather,
+            8,
+            DataType::Bf16,
+            Op::Sum,
+            1 << 23,
+            false,
+        ),
+        (
+            Collective::AllGather,
+            3,
+            DataType::I32,
+            Op::Sum,
+            (1 << 24) + 7,
+            true,
+        ),
+        (
+            Collective::AllReduce,
+            2,
+            DataType::F64,
+            Op::Max,
+            1 << 25,
+            false,
+        ),
+        (
+            Collective::AllReduce,
+            3,
+            DataType::I32,
+            Op::Avg,
+            (1 << 26) + 7,
+            true,
+        ),
+        (
+            Collective::AllReduce,
+            8,
+            DataType::F16,
+            Op::Prod,
+            1 << 24,
+            false,
+        ),
     ];
-    for (i, (k, dtype, op, n, in_place)) in runs.into_iter().enumerate() {
-        let b = GpuBackend::new(dev, k, CommConfig::default()).unwrap();
+    for (i, (coll, k, dtype, op, n, in_place)) in runs.into_iter().enumerate() {
+        let b = gpu_comm(dev, k, CommConfig::default()).unwrap();
         let c = Case {
+            collective: coll,
             dtype,
             op,
             n,
@@ -101,7 +177,8 @@ fn gpu_large_counts(dev: usize) {
         let o = run_case(&b, &c).unwrap();
         assert_eq!(o.wrong, 0, "{c:?}");
         println!(
-            "gpu large: k={k} {} {} n={n}: {} elements, 0 wrong",
+            "gpu large: {} k={k} {} {} n={n}: {} elements, 0 wrong",
+            coll.name(),
             dtype.name(),
             op.name(),
             o.elements
@@ -111,7 +188,7 @@ fn gpu_large_counts(dev: usize) {
 
 fn gpu_back_to_back_1000(dev: usize) {
     for k in [4usize, 8] {
-        let b = GpuBackend::new(dev, k, CommConfig::default().ring_order(shuffled(k))).unwrap();
+        let b = gpu_comm(dev, k, CommConfig::default().ring_order(shuffled(k))).unwrap();
         let mut rng = Rng(7 + k as u64);
         let mut pending: Vec<Box<dyn Pending + '_>> = Vec::new();
         let mut elements = 0;
@@ -130,23 +207,24 @@ fn gpu_back_to_back_1000(dev: usize) {
             // Bound host memory: check in batches, still with no sync
             // between the collectives of a batch.
             if pending.len() == 250 {
-                b.sync().unwrap();
+                b.synchronize().unwrap();
                 for p in pending.drain(..) {
                     assert_eq!(p.wrong().unwrap(), 0);
                 }
             }
         }
-        b.sync().unwrap();
+        b.synchronize().unwrap();
         for p in pending {
             assert_eq!(p.wrong().unwrap(), 0);
         }
-        println!("gpu back-to-back k={k}: 1000 collectives, {elements} elements, 0 wrong");
+        println!("gpu back-to-back k={k}: 1000 mixed collectives, {elements} elements, 0 wrong");
     }
 }
 
 fn main() -> std::process::ExitCode {
     run_gpu_tests(&[
         ("gpu_matrix", gpu_matrix),
+        ("gpu_channels", gpu_channels),
         ("gpu_small_buffer_many_chunks", gpu_small_buffer_many_chunks),
         ("gpu_large_counts", gpu_large_counts),
         ("gpu_back_to_back_1000", gpu_back_to_back_1000),

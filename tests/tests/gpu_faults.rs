@@ -4,12 +4,13 @@
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use ringreduce::{
-    CommConfig, Communicator, CpuBuffers, CpuCommunicator, DataType, Error, HostBuffer, Op,
-    RawBuffers, RsBuffers,
+    Buffers, Collective, Collectives, CommConfig, Communicator, CpuCommunicator, DataType, Error,
+    Op, RawBuffers, Region,
 };
 use ringreduce_tests::cases::{Case, Offsets};
+use ringreduce_tests::checked::lengths;
 use ringreduce_tests::soak::{env_or, soak, soak_ks, soak_ring};
-use ringreduce_tests::{gpu_comm, run_case, run_gpu_tests, GpuBackend};
+use ringreduce_tests::{gpu_comm, run_case, run_gpu_tests};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,11 +52,11 @@ fn bufs(comm: &Communicator, n: usize) -> Bufs {
 
 impl Bufs {
     fn run(&mut self, comm: &Communicator, streams: &[Arc<CudaStream>]) -> ringreduce::Result<()> {
-        let mut b: Vec<RsBuffers<'_, f32>> = self
+        let mut b: Vec<Buffers<'_, f32>> = self
             .send
             .iter()
             .zip(self.recv.iter_mut())
-            .map(|(s, r)| RsBuffers::out_of_place(s.as_view(), r.as_view_mut()))
+            .map(|(s, r)| Buffers::out_of_place(s.as_view(), r.as_view_mut()))
             .collect();
         comm.reduce_scatter(&mut b, Op::Sum, streams)
     }
@@ -139,7 +140,9 @@ fn gpu_bad_input(dev: usize) {
         })
         .collect();
     // SAFETY: the call must fail validation before touching anything.
-    let e = unsafe { comm.reduce_scatter_raw(&raw, DataType::F32, Op::Sum, &s) }.unwrap_err();
+    let e =
+        unsafe { comm.collective_raw(Collective::ReduceScatter, &raw, DataType::F32, Op::Sum, &s) }
+            .unwrap_err();
     after_error(&comm, &mut b, e, |e| {
         matches!(
             e,
@@ -159,16 +162,27 @@ fn gpu_bad_input(dev: usize) {
         r.recv_len = 1001;
         r.send_len = 3003;
     }
-    let e = unsafe { comm.reduce_scatter_raw(&raw, DataType::F32, Op::Sum, &s) }.unwrap_err();
+    let e =
+        unsafe { comm.collective_raw(Collective::ReduceScatter, &raw, DataType::F32, Op::Sum, &s) }
+            .unwrap_err();
     after_error(&comm, &mut b, e, |e| {
         matches!(e, Error::BufferOutOfBounds { rank: 0, .. })
     });
-    // More ranks than can be resident (at most 128 kernels run at once),
-    // with a staging buffer big enough that only residency fails.
-    let big = CommConfig::default().buffer_bytes(2 * 129 * (32768 + 16));
-    let e = Communicator::with_config(dev, 129, big).err();
+    // More ranks than can be resident (at most 128 kernels run at once).
+    let e = Communicator::new(dev, 129).err();
     assert!(
         matches!(e, Some(Error::TooManyRanks { k: 129, .. })),
+        "{e:?}"
+    );
+    // More channels than stay resident beside the other ranks' blocks.
+    let e = Communicator::with_config(dev, 8, CommConfig::default().channels(33)).err();
+    assert!(
+        matches!(e, Some(Error::TooManyChannels { channels: 33, .. })),
+        "{e:?}"
+    );
+    let e = Communicator::with_config(dev, 64, CommConfig::default().channels(32)).err();
+    assert!(
+        matches!(e, Some(Error::TooManyChannels { channels: 32, .. })),
         "{e:?}"
     );
     assert!(matches!(Communicator::new(dev, 0), Err(Error::ZeroRanks)));
@@ -178,18 +192,63 @@ fn gpu_bad_input(dev: usize) {
     ));
 }
 
+/// Collective `c` of f32 sums with count `n` on the communicator's own
+/// streams: rank `r` sends `(i * 3 + r) % 11` at element `i`.
+fn enqueue_f32(
+    comm: &Communicator,
+    c: Collective,
+    n: usize,
+) -> Vec<(CudaSlice<f32>, CudaSlice<f32>)> {
+    let (send_len, recv_len) = lengths(c, comm.k(), n);
+    let mut bufs: Vec<(CudaSlice<f32>, CudaSlice<f32>)> = (0..comm.k())
+        .map(|r| {
+            let v: Vec<f32> = (0..send_len).map(|i| ((i * 3 + r) % 11) as f32).collect();
+            (
+                comm.upload(r, &v).unwrap(),
+                comm.upload(r, &vec![SENTINEL; recv_len]).unwrap(),
+            )
+        })
+        .collect();
+    let mut regions: Vec<Region<'_, CudaSlice<f32>>> = bufs
+        .iter_mut()
+        .map(|(s, r)| Region::OutOfPlace {
+            send: s,
+            send_at: 0..send_len,
+            recv: r,
+            recv_at: 0..recv_len,
+        })
+        .collect();
+    Collectives::collective(comm, c, &mut regions, Op::Sum).unwrap();
+    bufs
+}
+
 fn gpu_missing_rank_times_out(dev: usize) {
+    for c in Collective::ALL {
+        missing_rank(dev, c);
+    }
+    // The process stays healthy: a new communicator works.
+    let k = 4;
+    let comm = gpu_comm(dev, k, CommConfig::default()).unwrap();
+    let mut b = bufs(&comm, 4096);
+    let s = b.streams.clone();
+    b.run(&comm, &s).unwrap();
+    comm.synchronize().unwrap();
+    assert!(b.correct(k));
+}
+
+fn missing_rank(dev: usize, c: Collective) {
     let (k, missing) = (4, 1);
     let timeout = Duration::from_secs(1);
-    let comm = gpu_comm(dev, k, CommConfig::default().timeout(timeout)).unwrap();
+    // One channel: its many slices fill the missing rank's staging ring, so
+    // its predecessor stalls too.
+    let cfg = CommConfig::default().timeout(timeout).channels(1);
+    let comm = gpu_comm(dev, k, cfg).unwrap();
     comm.withhold_rank(Some(missing));
-    let mut b = bufs(&comm, 1 << 20);
-    let s = b.streams.clone();
     let t0 = Instant::now();
-    b.run(&comm, &s).unwrap();
+    let _bufs = enqueue_f32(&comm, c, 1 << 20);
     let err = comm.synchronize().expect_err("must time out");
     let took = t0.elapsed();
-    println!("gpu missing rank: {took:?}: {err}");
+    println!("gpu {} missing rank: {took:?}: {err}", c.name());
     assert!(took < timeout + Duration::from_secs(1));
     assert!(matches!(&err, Error::Timeout(t) if t.peer == missing));
     let (pred, succ) = comm.ring_order().neighbours(missing);
@@ -204,17 +263,15 @@ fn gpu_missing_rank_times_out(dev: usize) {
         assert!(matches!(&comm.rank_errors()[u], Some(Error::Timeout(t)) if t.peer == missing));
     }
     assert!(matches!(comm.synchronize(), Err(Error::Broken(_))));
-    drop(comm);
-    // The process stays healthy: a new communicator works.
-    let comm = gpu_comm(dev, k, CommConfig::default()).unwrap();
-    let mut b = bufs(&comm, 4096);
-    let s = b.streams.clone();
-    b.run(&comm, &s).unwrap();
-    comm.synchronize().unwrap();
-    assert!(b.correct(k));
 }
 
 fn gpu_abort(dev: usize) {
+    for c in Collective::ALL {
+        abort(dev, c);
+    }
+}
+
+fn abort(dev: usize, c: Collective) {
     let k = 4;
     let comm = gpu_comm(
         dev,
@@ -223,9 +280,7 @@ fn gpu_abort(dev: usize) {
     )
     .unwrap();
     comm.withhold_rank(Some(2));
-    let mut b = bufs(&comm, 1 << 24);
-    let s = b.streams.clone();
-    b.run(&comm, &s).unwrap();
+    let _bufs = enqueue_f32(&comm, c, 1 << 24);
     let waited = std::thread::scope(|sc| {
         let h = sc.spawn(|| {
             std::thread::sleep(Duration::from_millis(300));
@@ -238,7 +293,10 @@ fn gpu_abort(dev: usize) {
         assert!(matches!(err, Error::Aborted { .. }), "{err}");
         t
     });
-    println!("gpu abort: every rank returned {waited:?} after abort()");
+    println!(
+        "gpu {} abort: every rank returned {waited:?} after abort()",
+        c.name()
+    );
     assert!(waited < Duration::from_millis(500));
     for (u, e) in comm.rank_errors().iter().enumerate() {
         if u != 2 {
@@ -272,19 +330,65 @@ fn gpu_abort_before_enqueue(dev: usize) {
 
 #[cfg(feature = "fault-injection")]
 fn gpu_lost_signal(dev: usize) {
-    let k = 4;
-    let cfg = CommConfig::default().timeout(Duration::from_millis(500));
-    let comm = gpu_comm(dev, k, cfg).unwrap();
-    comm.inject_lost_signal(2, 1, 2);
-    let mut b = bufs(&comm, 1 << 20);
-    let s = b.streams.clone();
-    b.run(&comm, &s).unwrap();
-    let err = comm.synchronize().expect_err("lost signal");
-    println!("gpu lost signal: {err}");
-    assert!(
-        matches!(&err, Error::Timeout(t) if t.peer == 2 && matches!(t.signal, Some((1, 2, _)))),
-        "{err}"
-    );
+    for c in Collective::ALL {
+        let k = 4;
+        let cfg = CommConfig::default()
+            .timeout(Duration::from_millis(500))
+            .channels(1);
+        let comm = gpu_comm(dev, k, cfg).unwrap();
+        comm.inject_lost_signal(2, 1, 2);
+        // Several chunks of every block, whatever the collective.
+        let n = if c == Collective::AllReduce {
+            1 << 22
+        } else {
+            1 << 20
+        };
+        let _bufs = enqueue_f32(&comm, c, n);
+        let err = comm.synchronize().expect_err("lost signal");
+        println!("gpu {} lost signal: {err}", c.name());
+        assert!(
+            matches!(&err, Error::Timeout(t) if t.peer == 2 && matches!(t.signal, Some((1, 2, _)))),
+            "{err}"
+        );
+    }
+}
+
+/// Each rank's output of collective `c` (count `n`) over `inputs`.
+fn outputs<C: Collectives>(
+    comm: &C,
+    c: Collective,
+    inputs: &[Vec<f32>],
+    n: usize,
+    op: Op,
+) -> Vec<Vec<f32>> {
+    let (send_len, recv_len) = lengths(c, comm.k(), n);
+    let mut bufs: Vec<(C::Buf<f32>, C::Buf<f32>)> = inputs
+        .iter()
+        .enumerate()
+        .map(|(u, v)| {
+            (
+                comm.upload(u, &v[..send_len]).unwrap(),
+                comm.upload(u, &vec![0f32; recv_len]).unwrap(),
+            )
+        })
+        .collect();
+    {
+        let mut regions: Vec<Region<'_, C::Buf<f32>>> = bufs
+            .iter_mut()
+            .map(|(s, r)| Region::OutOfPlace {
+                send: s,
+                send_at: 0..send_len,
+                recv: r,
+                recv_at: 0..recv_len,
+            })
+            .collect();
+        comm.collective(c, &mut regions, op).unwrap();
+    }
+    comm.synchronize().unwrap();
+    bufs.iter()
+        .enumerate()
+        .map(|(u, (_, r))| comm.download(u, r).unwrap())
+        .collect()
 }
 
 fn gpu_poisoned_inputs_match_the_cpu(dev: usize) {
@@ -309,37 +413,19 @@ fn gpu_poisoned_inputs_match_the_cpu(dev: usize) {
         .collect();
     let gpu = gpu_comm(dev, k, CommConfig::default()).unwrap();
     let cpu = CpuCommunicator::new(k).unwrap();
-    let streams = gpu.new_streams().unwrap();
-    for op in Op::ALL {
-        let send: Vec<CudaSlice<f32>> = streams
-            .iter()
-            .zip(&inputs)
-            .map(|(s, v)| s.clone_htod(v).unwrap())
-            .collect();
-        let mut recv: Vec<CudaSlice<f32>> =
-            streams.iter().map(|s| s.alloc_zeros(n).unwrap()).collect();
-        {
-            let mut b: Vec<RsBuffers<'_, f32>> = send
-                .iter()
-                .zip(recv.iter_mut())
-                .map(|(s, r)| RsBuffers::out_of_place(s.as_view(), r.as_view_mut()))
-                .collect();
-            gpu.reduce_scatter(&mut b, op, &streams).unwrap();
-        }
-        gpu.synchronize().unwrap();
-        let hs: Vec<HostBuffer<f32>> = inputs.iter().map(|v| HostBuffer::from_slice(v)).collect();
-        let hr: Vec<HostBuffer<f32>> = (0..k).map(|_| HostBuffer::zeroed(n)).collect();
-        let cb: Vec<CpuBuffers<f32>> = (0..k)
-            .map(|u| CpuBuffers::out_of_place(hs[u].as_view(), hr[u].as_view()))
-            .collect();
-        cpu.reduce_scatter(&cb, op).unwrap();
-        cpu.synchronize().unwrap();
-        for u in 0..k {
-            let g = streams[u].clone_dtoh(&recv[u]).unwrap();
-            let c = hr[u].to_vec();
-            for i in 0..n {
-                let same = (g[i].is_nan() && c[i].is_nan()) || g[i].to_bits() == c[i].to_bits();
-                assert!(same, "{op:?} rank {u} elem {i}: gpu {} cpu {}", g[i], c[i]);
+    for c in [Collective::ReduceScatter, Collective::AllReduce] {
+        for op in Op::ALL {
+            let g = outputs(&gpu, c, &inputs, n, op);
+            let h = outputs(&cpu, c, &inputs, n, op);
+            for u in 0..k {
+                for (i, (g, h)) in g[u].iter().zip(&h[u]).enumerate() {
+                    let same = (g.is_nan() && h.is_nan()) || g.to_bits() == h.to_bits();
+                    assert!(
+                        same,
+                        "{} {op:?} rank {u} elem {i}: gpu {g} cpu {h}",
+                        c.name()
+                    );
+                }
             }
         }
     }
@@ -350,10 +436,14 @@ fn gpu_poisoned_inputs_match_the_cpu(dev: usize) {
 fn gpu_sanitize_small(dev: usize) {
     let mut count = 0;
     for k in [2usize, 3] {
-        let b = GpuBackend::new(dev, k, CommConfig::default()).unwrap();
+        let b = gpu_comm(dev, k, CommConfig::default().channels(2)).unwrap();
         for (i, n) in [1usize, 7, 257, 4097, 70_000].into_iter().enumerate() {
-            for dtype in [DataType::F32, DataType::I8, DataType::Bf16] {
+            for (j, dtype) in [DataType::F32, DataType::I8, DataType::Bf16]
+                .into_iter()
+                .enumerate()
+            {
                 let c = Case {
+                    collective: Collective::ALL[(i + j) % 3],
                     dtype,
                     op: Op::ALL[i % 5],
                     n,

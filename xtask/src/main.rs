@@ -14,8 +14,8 @@ const HELP: &str = "\
 cargo xtask <command> [options]
 
 Commands:
-  example                 the small reduce-scatter example: on the GPU if one is
-                          present, then on the CPU execution
+  example                 the three collectives through the Collectives trait: on
+                          the GPU if one is present, then on the CPU execution
   bench [FLAGS]           build the bench (release) and run it; nccl-tests flags,
                           see `cargo xtask bench --help`
   bundle [--dev] [--variant REV|WORKTREE [--name NAME]] DIR
@@ -59,7 +59,7 @@ fn main() {
             "-p",
             "ringreduce",
             "--example",
-            "reduce_scatter",
+            "collectives",
         ])),
         "bench" if args.iter().any(|a| a == "--help" || a == "-h") => exec(
             // Help needs no release build.

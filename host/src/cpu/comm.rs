@@ -1,64 +1,79 @@
-//! The CPU communicator: the same ring kernels, run by OS threads.
+//! The CPU communicator: the same ring engine, run by OS threads.
 
 use super::buffer::{HostMem, HostView, UseGuard};
 use super::lane::{BlockSync, Lane};
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
-use crate::planner::{plan_reduce_scatter, BufferSpan, Plan, RankWiring};
+use crate::planner::{connect, plan, BufferSpan, ChannelWiring, Plan, RankWiring};
 use crate::ring::RingOrder;
 use crate::state::CommState;
-use ringreduce_kernels::algorithm::reduce_scatter;
-use ringreduce_kernels::plan::CPU_THREADS;
-use ringreduce_kernels::{
-    Avg, Element, KernelArgs, Max, Min, Op, Prod, ReduceOp, StatusRecord, Sum,
-};
+use ringreduce_kernels::abi::{Collective, RankConn, Work, CPU_THREADS, MAX_CHANNELS};
+use ringreduce_kernels::engine;
+use ringreduce_kernels::{Avg, Element, Max, Min, Op, Prod, ReduceOp, StatusRecord, Sum};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-/// One rank's buffers for a CPU collective.
+/// One rank's buffers for a CPU collective; the lengths are as for
+/// [`Buffers`](crate::Buffers).
 #[derive(Clone)]
 pub enum CpuBuffers<T> {
-    /// `send` holds `k * n` elements, `recv` holds `n`.
+    /// Input and output apart.
     OutOfPlace {
-        /// The input, `k` blocks of `n` elements.
+        /// The input.
         send: HostView<T>,
-        /// The output, `n` elements.
+        /// The output.
         recv: HostView<T>,
     },
-    /// One buffer of `k * n` elements; the result lands in this rank's block.
+    /// One buffer, input and output (see [`Buffers::InPlace`](crate::Buffers::InPlace)).
     InPlace(HostView<T>),
 }
 
 impl<T> CpuBuffers<T> {
-    /// `send` (`k * n` elements) and `recv` (`n`), apart.
+    /// `send` and `recv`, apart.
     pub fn out_of_place(send: HostView<T>, recv: HostView<T>) -> Self {
         CpuBuffers::OutOfPlace { send, recv }
     }
-    /// One buffer of `k * n` elements; the result lands in this rank's block.
+    /// One buffer, input and output.
     pub fn in_place(buf: HostView<T>) -> Self {
         CpuBuffers::InPlace(buf)
     }
 }
+
+/// Channels a CPU rank has when the config leaves the count to the size
+/// of each call: enough to exercise the channel split, few enough for a
+/// small machine's threads.
+pub const CPU_AUTO_CHANNELS: usize = 4;
 
 type Job = Box<dyn FnOnce() + Send>;
 
 /// A rank's job queue and the thread that runs it.
 type Worker = (Option<Sender<Job>>, Option<JoinHandle<()>>);
 
-/// Per-rank state, in host memory: the staging buffer, the three flags and
-/// the status record, laid out exactly as the GPU communicator lays them out
-/// in device memory.
-struct CpuRank {
+/// One channel's state, in host memory: the staging ring, the tail and
+/// head words and the status record, as the GPU communicator keeps them in
+/// device memory.
+struct CpuChannel {
     staging: Arc<HostMem>,
-    /// new data, chunk done, next-output slot.
-    flags: Box<[AtomicU64; 3]>,
+    /// Tail, head.
+    flags: Box<[AtomicU64; 2]>,
     status: Box<[AtomicU64; StatusRecord::WORDS]>,
-    user_from_ring: Box<[u32]>,
 }
+
+/// Per-rank state: its channels, the ring table and the connection the
+/// kernel reads (and whose `seq` words it advances).
+struct CpuRank {
+    channels: Vec<CpuChannel>,
+    user_from_ring: Box<[u32]>,
+    conn: Box<std::cell::UnsafeCell<RankConn>>,
+}
+
+// SAFETY: `conn` is written by the planner before any job runs and
+// afterwards only by the kernel code of that rank, one job at a time.
+unsafe impl Sync for CpuRank {}
 
 struct Inner {
     ranks: Vec<CpuRank>,
@@ -113,25 +128,66 @@ impl CpuCommunicator {
         let ring = RingOrder::for_ranks(config.ring_order.as_deref(), k)?;
         // Fail early on a staging buffer that cannot hold even one slice.
         crate::planner::sizing(
-            k,
-            0,
             ringreduce_kernels::DataType::U8,
             config.buffer_bytes,
             CPU_THREADS,
             true,
         )?;
-        let ranks = (0..k)
+        let channels = match config.channels {
+            Some(c) if c == 0 || c as usize > MAX_CHANNELS => {
+                return Err(Error::TooManyChannels {
+                    channels: c as usize,
+                    max: MAX_CHANNELS,
+                    device: 0,
+                })
+            }
+            Some(c) => c as usize,
+            None => CPU_AUTO_CHANNELS,
+        };
+        let ranks: Vec<CpuRank> = (0..k)
             .map(|_| CpuRank {
-                staging: HostMem::new(config.buffer_bytes as usize),
-                flags: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
-                status: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
+                channels: (0..channels)
+                    .map(|_| CpuChannel {
+                        staging: HostMem::new(config.buffer_bytes as usize),
+                        flags: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
+                        status: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
+                    })
+                    .collect(),
                 user_from_ring: ring.user_from_ring().into(),
+                conn: Box::new(std::cell::UnsafeCell::new(RankConn::default())),
             })
             .collect();
+        let abort = Box::new(AtomicU64::new(0));
+        let wiring: Vec<RankWiring> = ranks
+            .iter()
+            .map(|r| RankWiring {
+                user_from_ring: r.user_from_ring.as_ptr() as u64,
+                channels: r
+                    .channels
+                    .iter()
+                    .map(|c| ChannelWiring {
+                        staging: c.staging.addr(),
+                        tail: c.flags[0].as_ptr() as u64,
+                        head: c.flags[1].as_ptr() as u64,
+                        status: c.status.as_ptr() as u64,
+                    })
+                    .collect(),
+            })
+            .collect();
+        let state = CommState::new(ring, config, channels);
+        let conns = connect(
+            &state.ring,
+            &wiring,
+            state.statics(abort.as_ptr() as u64, false),
+        );
+        for (r, c) in ranks.iter().zip(conns) {
+            // SAFETY: no job exists yet.
+            unsafe { *r.conn.get() = c };
+        }
         let inner = Arc::new(Inner {
-            state: CommState::new(ring, config),
+            state,
             ranks,
-            abort: Box::new(AtomicU64::new(0)),
+            abort,
         });
         let workers = (0..k)
             .map(|rank| {
@@ -165,21 +221,6 @@ impl CpuCommunicator {
         &self.inner.state.config
     }
 
-    fn wiring(&self) -> Vec<RankWiring> {
-        self.inner
-            .ranks
-            .iter()
-            .map(|r| RankWiring {
-                staging: r.staging.addr(),
-                new_data: r.flags[0].as_ptr() as u64,
-                chunk_done: r.flags[1].as_ptr() as u64,
-                slot: r.flags[2].as_ptr() as u64,
-                user_from_ring: r.user_from_ring.as_ptr() as u64,
-                status: r.status.as_ptr() as u64,
-            })
-            .collect()
-    }
-
     fn check_broken(&self) -> Result<()> {
         self.inner.state.check(&self.status_records())
     }
@@ -188,7 +229,7 @@ impl CpuCommunicator {
         self.inner
             .ranks
             .iter()
-            .map(|r| read_status(&r.status))
+            .flat_map(|r| r.channels.iter().map(|c| read_status(&c.status)))
             .collect()
     }
 
@@ -197,6 +238,26 @@ impl CpuCommunicator {
     /// wait for it, and [`synchronize`](Self::synchronize) reports how it
     /// ended.
     pub fn reduce_scatter<T: RsElement>(&self, bufs: &[CpuBuffers<T>], op: Op) -> Result<()> {
+        self.collective(Collective::ReduceScatter, bufs, op)
+    }
+
+    /// Enqueues an all-gather, like [`reduce_scatter`](Self::reduce_scatter).
+    pub fn all_gather<T: RsElement>(&self, bufs: &[CpuBuffers<T>]) -> Result<()> {
+        self.collective(Collective::AllGather, bufs, Op::Sum)
+    }
+
+    /// Enqueues an all-reduce, like [`reduce_scatter`](Self::reduce_scatter).
+    pub fn all_reduce<T: RsElement>(&self, bufs: &[CpuBuffers<T>], op: Op) -> Result<()> {
+        self.collective(Collective::AllReduce, bufs, op)
+    }
+
+    /// Any collective, like [`reduce_scatter`](Self::reduce_scatter).
+    pub fn collective<T: RsElement>(
+        &self,
+        c: Collective,
+        bufs: &[CpuBuffers<T>],
+        op: Op,
+    ) -> Result<()> {
         self.check_broken()?;
         let k = self.k();
         if bufs.len() != k {
@@ -212,21 +273,23 @@ impl CpuCommunicator {
                     recv: recv.addr(),
                     recv_len: recv.len() as u64,
                 },
-                CpuBuffers::InPlace(v) => BufferSpan::in_place(v.addr(), v.len() as u64, k, u, sz)?,
+                CpuBuffers::InPlace(v) => {
+                    BufferSpan::in_place(c, v.addr(), v.len() as u64, k, u, sz)?
+                }
             });
         }
-        let control = self
+        let conns: Vec<u64> = self
             .inner
-            .state
-            .control(self.inner.abort.as_ptr() as u64, false);
-        let plan = plan_reduce_scatter(
-            &self.inner.state.ring,
-            &self.wiring(),
+            .ranks
+            .iter()
+            .map(|r| r.conn.get() as u64)
+            .collect();
+        let plan = plan(
+            c,
+            &conns,
             &spans,
             T::DTYPE,
-            self.inner.state.config.buffer_bytes,
-            CPU_THREADS,
-            control,
+            self.inner.state.call_opts(CPU_THREADS),
         )?;
         let guards_for = |b: &CpuBuffers<T>| -> Vec<UseGuard> {
             match b {
@@ -255,9 +318,9 @@ impl CpuCommunicator {
                     }),
                 )
             }
-            Plan::Launch { args, .. } => {
+            Plan::Launch { works, .. } => {
                 let withhold = self.inner.state.hooks().withhold_rank;
-                for (u, a) in args.into_iter().enumerate() {
+                for (u, w) in works.into_iter().enumerate() {
                     if withhold == Some(u) {
                         continue;
                     }
@@ -268,7 +331,7 @@ impl CpuCommunicator {
                         Box::new(move || {
                             let _g = guards;
                             let _keep = inner;
-                            run_block::<T>(op, &a);
+                            run_grid::<T>(op, &w);
                         }),
                     )?;
                 }
@@ -354,29 +417,38 @@ fn read_status(words: &[AtomicU64; StatusRecord::WORDS]) -> StatusRecord {
     StatusRecord::from_words(std::array::from_fn(|i| words[i].load(Ordering::Acquire)))
 }
 
-fn run_block<T: Element>(op: Op, a: &KernelArgs) {
+fn run_grid<T: Element>(op: Op, w: &Work) {
     match op {
-        Op::Sum => run_lanes::<T, Sum>(a),
-        Op::Prod => run_lanes::<T, Prod>(a),
-        Op::Max => run_lanes::<T, Max>(a),
-        Op::Min => run_lanes::<T, Min>(a),
-        Op::Avg => run_lanes::<T, Avg>(a),
+        Op::Sum => run_lanes::<T, Sum>(w),
+        Op::Prod => run_lanes::<T, Prod>(w),
+        Op::Max => run_lanes::<T, Max>(w),
+        Op::Min => run_lanes::<T, Min>(w),
+        Op::Avg => run_lanes::<T, Avg>(w),
     }
 }
 
-/// One block: `CPU_THREADS` producer lanes and the control lane.
-fn run_lanes<T: Element, O: ReduceOp>(a: &KernelArgs) {
-    let sync = BlockSync::new(CPU_THREADS as usize);
+/// One rank's grid: a block per channel, each of `CPU_THREADS` producer
+/// lanes and the control lane, all at once, as a GPU runs them.
+fn run_lanes<T: Element, O: ReduceOp>(w: &Work) {
+    let blocks: Vec<BlockSync> = (0..w.channels)
+        .map(|_| BlockSync::new(CPU_THREADS as usize))
+        .collect();
     let epoch = Instant::now();
     std::thread::scope(|s| {
-        for tid in 0..=CPU_THREADS {
-            let sync = &sync;
-            s.spawn(move || {
-                let lane = Lane { tid, sync, epoch };
-                // SAFETY: `a` comes from the planner for this communicator,
-                // whose memory outlives the job.
-                unsafe { reduce_scatter::<Lane<'_>, T, O, CPU_THREADS>(&lane, a) }
-            });
+        for (block, sync) in blocks.iter().enumerate() {
+            for tid in 0..=CPU_THREADS {
+                s.spawn(move || {
+                    let lane = Lane {
+                        tid,
+                        block: block as u64,
+                        sync,
+                        epoch,
+                    };
+                    // SAFETY: `w` comes from the planner for this
+                    // communicator, whose memory outlives the job.
+                    unsafe { engine::run::<Lane<'_>, T, O, CPU_THREADS>(&lane, w) }
+                });
+            }
         }
     });
 }

@@ -3,7 +3,7 @@
 //! producer lane has its own release barrier per parity, as each GPU warp
 //! polls the release count on its own.
 
-use ringreduce_kernels::{Device, Scope};
+use ringreduce_kernels::{Device, Handoff, Scope};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
@@ -130,23 +130,16 @@ impl BlockSync {
     }
 }
 
-/// One lane of a rank's block.
+/// One lane of one block (channel) of a rank.
 pub struct Lane<'a> {
     pub tid: u64,
+    pub block: u64,
     pub sync: &'a BlockSync,
     pub epoch: Instant,
 }
 
-// SAFETY: flags are accessed as atomics; `load_acquire` is an acquire load;
-// `fence` is a SeqCst fence, which releases before a relaxed flag store; the
-// barriers order memory through their mutex.
-unsafe impl Device for Lane<'_> {
-    fn thread_idx(&self) -> u64 {
-        self.tid
-    }
-    fn block_barrier_or(&self, pred: bool) -> bool {
-        self.sync.block.wait_or(pred)
-    }
+// SAFETY: the barriers order memory through their mutex.
+unsafe impl Handoff for Lane<'_> {
     fn release(&self, slice: u64, failed: bool) {
         let parity = slice & 1;
         // The barriers' mutexes order this store before the released reads.
@@ -165,6 +158,21 @@ unsafe impl Device for Lane<'_> {
     }
     fn await_done(&self, parity: u64) {
         self.sync.done[parity as usize].wait()
+    }
+}
+
+// SAFETY: flags are accessed as atomics; `load_acquire` is an acquire load;
+// `fence` is a SeqCst fence, which releases before a relaxed flag store; the
+// barriers order memory through their mutex.
+unsafe impl Device for Lane<'_> {
+    fn thread_idx(&self) -> u64 {
+        self.tid
+    }
+    fn block_idx(&self) -> u64 {
+        self.block
+    }
+    fn block_barrier_or(&self, pred: bool) -> bool {
+        self.sync.block.wait_or(pred)
     }
     unsafe fn load_volatile(&self, p: *const u64) -> u64 {
         (*(p as *const AtomicU64)).load(Ordering::Relaxed)

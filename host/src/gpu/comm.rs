@@ -1,112 +1,37 @@
-//! The GPU communicator: per-rank staging buffers, flags and slots in device
-//! memory, and one block of `BLOCK_THREADS` launched per rank per collective.
+//! The GPU communicator's API: creation, the collectives (validated,
+//! planned, then launched) and the run-time controls.
 
-use super::driver::{
-    enable_peer_access, open_device, p2p_link, pointer_device, within_allocation, DeviceAlloc,
-    MappedHost,
-};
-use super::module::Kernels;
+use super::buffers::{Buffers, RawBuffers};
+use super::driver::{pointer_device, within_allocation};
+use super::launch::enqueue;
+use super::setup::{create, Inner};
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
-use crate::planner::{plan_reduce_scatter, BufferSpan, Plan, RankWiring};
+use crate::planner::{plan, BufferSpan};
 use crate::ring::RingOrder;
-use crate::state::CommState;
-use crate::topology::{check_ring, ring_from_topology};
-use cudarc::driver::{result, sys, CudaContext, CudaStream, CudaView, CudaViewMut};
+use cudarc::driver::{CudaContext, CudaStream};
 use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceSlice};
-use ringreduce_kernels::plan::{BLOCK_THREADS, GPU_THREADS};
-use ringreduce_kernels::{DataType, KernelArgs, Op, StatusRecord};
-use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, HashMap};
+use ringreduce_kernels::abi::{Collective, GPU_THREADS};
+use ringreduce_kernels::{DataType, Op, StatusRecord};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-/// Kernels that can be resident on one device at once (compute capability
-/// 7.0 and newer).
-const MAX_RESIDENT_GRIDS: usize = 128;
-
-/// One rank's buffers for a GPU collective.
-pub enum RsBuffers<'a, T> {
-    /// `send` holds `k * n` elements, `recv` holds `n`.
-    OutOfPlace {
-        /// The input, `k` blocks of `n` elements.
-        send: CudaView<'a, T>,
-        /// The output, `n` elements.
-        recv: CudaViewMut<'a, T>,
-    },
-    /// One buffer of `k * n` elements; the result lands in this rank's block
-    /// (`recv = send + rank * n`).
-    InPlace(CudaViewMut<'a, T>),
-}
-
-impl<'a, T> RsBuffers<'a, T> {
-    /// `send` (`k * n` elements) and `recv` (`n`), apart.
-    pub fn out_of_place(send: CudaView<'a, T>, recv: CudaViewMut<'a, T>) -> Self {
-        RsBuffers::OutOfPlace { send, recv }
-    }
-    /// One buffer of `k * n` elements; the result lands in this rank's block.
-    pub fn in_place(buf: CudaViewMut<'a, T>) -> Self {
-        RsBuffers::InPlace(buf)
-    }
-}
-
-/// One rank's buffers as raw device addresses, lengths in elements.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RawBuffers {
-    /// Device address of the input.
-    pub send: u64,
-    /// Elements of the input, `k * recv_len`.
-    pub send_len: usize,
-    /// Device address of the output.
-    pub recv: u64,
-    /// Elements of the output.
-    pub recv_len: usize,
-}
-
-/// Offsets of the per-rank flag words inside one small allocation.
-const NEW_DATA: u64 = 0;
-const CHUNK_DONE: u64 = 8;
-const SLOT: u64 = 16;
-const FLAG_BYTES: usize = 256;
-
-struct Rank {
-    ctx: Arc<CudaContext>,
-    staging: DeviceAlloc,
-    flags: DeviceAlloc,
-    user_from_ring: DeviceAlloc,
-}
-
-struct Inner {
-    ranks: Vec<Rank>,
-    kernels: Vec<Arc<Kernels>>,
-    /// Word 0: abort; then one status record per rank.
-    host: MappedHost,
-    /// Held while one collective's blocks are launched, so that concurrent
-    /// callers cannot interleave two collectives' launches across ranks;
-    /// holds each rank's last stream.
-    launch: Mutex<Vec<Option<Arc<CudaStream>>>>,
-    state: CommState,
-}
-
-/// A communicator over `k` ranks, each with its own staging buffer, flags
-/// and slot in its device's memory, and its own block. With
-/// [`Communicator::new`] all ranks are virtual ranks on one GPU; with
-/// [`Communicator::with_placement`] they can be one per GPU.
+/// A communicator over `k` ranks, each with its own channels (staging ring,
+/// flags and block) in its device's memory. With [`Communicator::new`] all
+/// ranks are virtual ranks on one GPU; with [`Communicator::with_placement`]
+/// they can be one per GPU.
 ///
-/// Co-residency of the `k` blocks: every collective launches one block per
-/// rank, each on that rank's own stream, exactly as one block per GPU would
-/// be launched on several GPUs. The blocks must all run at once; the
-/// communicator checks at creation that `k` blocks of `BLOCK_THREADS` fit on the
-/// device (occupancy times multiprocessors, and at most 128 resident
-/// kernels) and refuses streams that would serialise the launches (two
-/// ranks on one stream, or the legacy default stream). A cooperative launch
-/// of one k-block grid would guarantee residency too, but would need a
-/// different launch (and argument passing) from the multi-GPU path; keeping
-/// one launch per rank keeps the two paths one.
+/// Co-residency: every collective launches one grid of `C` blocks (its
+/// channels) per rank, each on that rank's own stream, exactly as one grid
+/// per GPU would be launched on several GPUs. The blocks must all run at
+/// once; the communicator checks at creation that the ranks' blocks fit on
+/// each device (occupancy times multiprocessors, and at most 128 resident
+/// kernels), and refuses streams that would serialise the launches (two
+/// ranks on one stream, or the legacy default stream).
 ///
 /// ```no_run
-/// use ringreduce::{Communicator, Op, RsBuffers};
+/// use ringreduce::{Buffers, Communicator, Op};
 /// let comm = Communicator::new(0, 4)?; // 4 virtual ranks on GPU 0
 /// let streams = comm.new_streams()?;   // one stream per rank
 /// let n = 1 << 20;
@@ -118,10 +43,10 @@ struct Inner {
 ///     .iter()
 ///     .map(|s| s.alloc_zeros::<f32>(n))
 ///     .collect::<Result<_, _>>()?;
-/// let mut bufs: Vec<RsBuffers<f32>> = send
+/// let mut bufs: Vec<Buffers<f32>> = send
 ///     .iter()
 ///     .zip(recv.iter_mut())
-///     .map(|(s, r)| RsBuffers::out_of_place(s.as_view(), r.as_view_mut()))
+///     .map(|(s, r)| Buffers::out_of_place(s.as_view(), r.as_view_mut()))
 ///     .collect();
 /// comm.reduce_scatter(&mut bufs, Op::Sum, &streams)?; // asynchronous
 /// comm.synchronize()?;                                // reports timeouts and aborts
@@ -129,6 +54,11 @@ struct Inner {
 /// ```
 pub struct Communicator {
     inner: Arc<Inner>,
+    /// One stream per rank, for callers (like the [`Collectives`] trait)
+    /// that do not bring their own.
+    ///
+    /// [`Collectives`]: crate::Collectives
+    streams: Vec<Arc<CudaStream>>,
 }
 
 impl Communicator {
@@ -153,89 +83,21 @@ impl Communicator {
     /// when all links are equal); ring neighbours on two
     /// devices that cannot reach each other are [`Error::NoPeerAccess`].
     pub fn with_placement(devices: &[usize], config: CommConfig) -> Result<Self> {
-        let k = devices.len();
-        if k == 0 {
-            return Err(Error::ZeroRanks);
-        }
-        // Validated before any device is opened; kept when the config names it.
-        let given = RingOrder::for_ranks(config.ring_order.as_deref(), k)?;
-        crate::planner::sizing(k, 0, DataType::U8, config.buffer_bytes, GPU_THREADS, true)?;
-        let mut ctxs: BTreeMap<usize, Arc<CudaContext>> = BTreeMap::new();
-        for &d in devices {
-            if let Entry::Vacant(e) = ctxs.entry(d) {
-                e.insert(open_device(d)?);
-            }
-        }
-        let mut links = HashMap::new();
-        for (&a, ca) in &ctxs {
-            for (&b, cb) in &ctxs {
-                if a != b {
-                    links.insert((a, b), p2p_link(ca, cb)?);
-                }
-            }
-        }
-        let link = |a: usize, b: usize| links[&(a, b)];
-        let ring = if config.ring_order.is_some() {
-            check_ring(devices, &given, link)?;
-            given
-        } else {
-            ring_from_topology(devices, link)?
-        };
-        let ufr = ring.user_from_ring();
-        for p in 0..k {
-            let (a, b) = (devices[ufr[p] as usize], devices[ufr[(p + 1) % k] as usize]);
-            if a != b {
-                enable_peer_access(&ctxs[&a], &ctxs[&b])?;
-                enable_peer_access(&ctxs[&b], &ctxs[&a])?;
-            }
-        }
-        let mut kernels_of = HashMap::new();
-        for (&d, ctx) in &ctxs {
-            let kernels = Arc::new(Kernels::load(ctx)?);
-            let here = devices.iter().filter(|&&x| x == d).count();
-            check_residency(ctx, &kernels, here)?;
-            kernels_of.insert(d, kernels);
-        }
-        let table: Vec<u8> = ufr.iter().flat_map(|u| u.to_ne_bytes()).collect();
-        let mut ranks = Vec::with_capacity(k);
-        for &d in devices {
-            let ctx = &ctxs[&d];
-            let staging = DeviceAlloc::zeroed(ctx, config.buffer_bytes as usize)?;
-            let flags = DeviceAlloc::zeroed(ctx, FLAG_BYTES)?;
-            let ufr = DeviceAlloc::zeroed(ctx, table.len())?;
-            // SAFETY: `ufr` holds exactly the table.
-            unsafe { result::memcpy_htod_sync(ufr.ptr, &table)? };
-            ranks.push(Rank {
-                ctx: ctx.clone(),
-                staging,
-                flags,
-                user_from_ring: ufr,
-            });
-        }
-        // Portable, and at one address in every context (unified
-        // addressing), so every rank's kernel reaches the same words.
-        let host = MappedHost::zeroed(&ctxs[&devices[0]], 1 + k * StatusRecord::WORDS)?;
+        let inner = create(devices, config)?;
+        let streams = inner
+            .ranks
+            .iter()
+            .map(|r| Ok(r.ctx.new_stream()?))
+            .collect::<Result<_>>()?;
         Ok(Communicator {
-            inner: Arc::new(Inner {
-                state: CommState::new(ring, config),
-                ranks,
-                kernels: devices.iter().map(|d| kernels_of[d].clone()).collect(),
-                host,
-                launch: Mutex::new(vec![None; k]),
-            }),
+            inner: Arc::new(inner),
+            streams,
         })
     }
 
     /// The device of each user rank.
     pub fn devices(&self) -> Vec<usize> {
         self.inner.ranks.iter().map(|r| r.ctx.ordinal()).collect()
-    }
-
-    /// Whether the ranks run on more than one device, so that their flags
-    /// need system-scope fences.
-    fn spans_devices(&self) -> bool {
-        let d = self.devices();
-        d.iter().any(|&x| x != d[0])
     }
 
     /// Ranks in the communicator.
@@ -267,30 +129,24 @@ impl Communicator {
             .collect()
     }
 
-    fn wiring(&self) -> Vec<RankWiring> {
-        let status0 = self.inner.host.device + 8;
-        self.inner
-            .ranks
-            .iter()
-            .enumerate()
-            .map(|(u, r)| RankWiring {
-                staging: r.staging.ptr,
-                new_data: r.flags.ptr + NEW_DATA,
-                chunk_done: r.flags.ptr + CHUNK_DONE,
-                slot: r.flags.ptr + SLOT,
-                user_from_ring: r.user_from_ring.ptr,
-                status: status0 + (u * StatusRecord::WORDS * 8) as u64,
-            })
-            .collect()
+    /// The communicator's own stream for each rank (see
+    /// [`Collectives`](crate::Collectives)).
+    pub fn streams(&self) -> &[Arc<CudaStream>] {
+        &self.streams
+    }
+
+    /// Channels each rank has; a call uses at most this many.
+    pub fn max_channels(&self) -> usize {
+        self.inner.state.max_channels
     }
 
     fn status_records(&self) -> Vec<StatusRecord> {
-        (0..self.k())
-            .map(|u| {
+        (0..self.k() * self.inner.state.max_channels)
+            .map(|r| {
                 let w: [u64; StatusRecord::WORDS] = std::array::from_fn(|i| {
                     self.inner
                         .host
-                        .word(1 + u * StatusRecord::WORDS + i)
+                        .word(1 + r * StatusRecord::WORDS + i)
                         .load(Ordering::Acquire)
                 });
                 StatusRecord::from_words(w)
@@ -303,12 +159,45 @@ impl Communicator {
     }
 
     /// Enqueues a reduce-scatter: `bufs[u]` and `streams[u]` are user rank
-    /// `u`'s. Returns once every rank's block is launched; results are ready
+    /// `u`'s. Returns once every rank's grid is launched; results are ready
     /// when the streams are. Buffers that are still being written by earlier
     /// work on other streams are waited for (cudarc's event tracking).
     pub fn reduce_scatter<T: RsElement>(
         &self,
-        bufs: &mut [RsBuffers<'_, T>],
+        bufs: &mut [Buffers<'_, T>],
+        op: Op,
+        streams: &[Arc<CudaStream>],
+    ) -> Result<()> {
+        self.collective(Collective::ReduceScatter, bufs, op, streams)
+    }
+
+    /// Enqueues an all-gather, like [`reduce_scatter`](Self::reduce_scatter):
+    /// block `u` of every rank's `recv` is user rank `u`'s `send`.
+    pub fn all_gather<T: RsElement>(
+        &self,
+        bufs: &mut [Buffers<'_, T>],
+        streams: &[Arc<CudaStream>],
+    ) -> Result<()> {
+        self.collective(Collective::AllGather, bufs, Op::Sum, streams)
+    }
+
+    /// Enqueues an all-reduce, like [`reduce_scatter`](Self::reduce_scatter):
+    /// every rank's `recv` is `op` over all ranks' `send`, bitwise the same
+    /// on every rank.
+    pub fn all_reduce<T: RsElement>(
+        &self,
+        bufs: &mut [Buffers<'_, T>],
+        op: Op,
+        streams: &[Arc<CudaStream>],
+    ) -> Result<()> {
+        self.collective(Collective::AllReduce, bufs, op, streams)
+    }
+
+    /// Any collective over typed buffers.
+    pub fn collective<T: RsElement>(
+        &self,
+        c: Collective,
+        bufs: &mut [Buffers<'_, T>],
         op: Op,
         streams: &[Arc<CudaStream>],
     ) -> Result<()> {
@@ -324,11 +213,11 @@ impl Communicator {
         for (u, b) in bufs.iter().enumerate() {
             let expected = self.inner.ranks[u].ctx.ordinal();
             let views: [(&'static str, usize); 2] = match b {
-                RsBuffers::OutOfPlace { send, recv } => [
+                Buffers::OutOfPlace { send, recv } => [
                     ("send", send.stream().context().ordinal()),
                     ("recv", recv.stream().context().ordinal()),
                 ],
-                RsBuffers::InPlace(buf) => [
+                Buffers::InPlace(buf) => [
                     ("send", buf.stream().context().ordinal()),
                     ("recv", buf.stream().context().ordinal()),
                 ],
@@ -348,7 +237,7 @@ impl Communicator {
         let mut guards = Vec::with_capacity(2 * k);
         for (u, (b, s)) in bufs.iter_mut().zip(streams).enumerate() {
             match b {
-                RsBuffers::OutOfPlace { send, recv } => {
+                Buffers::OutOfPlace { send, recv } => {
                     let (send_len, recv_len) = (send.len() as u64, recv.len() as u64);
                     let (sp, g1) = send.device_ptr(s);
                     let (rp, g2) = recv.device_ptr_mut(s);
@@ -361,28 +250,29 @@ impl Communicator {
                         recv_len,
                     });
                 }
-                RsBuffers::InPlace(buf) => {
+                Buffers::InPlace(buf) => {
                     let len = buf.len() as u64;
                     let (p, g) = buf.device_ptr_mut(s);
                     guards.push(g);
-                    spans.push(BufferSpan::in_place(p, len, k, u, sz)?);
+                    spans.push(BufferSpan::in_place(c, p, len, k, u, sz)?);
                 }
             }
         }
-        let r = self.enqueue(&spans, T::DTYPE, op, streams);
+        let r = self.enqueue(c, &spans, T::DTYPE, op, streams);
         drop(guards);
         r
     }
 
-    /// [`reduce_scatter`](Self::reduce_scatter) over raw device addresses,
-    /// for buffers cudarc does not own. Every address is checked to lie in a
+    /// [`collective`](Self::collective) over raw device addresses, for
+    /// buffers cudarc does not own. Every address is checked to lie in a
     /// device allocation on the rank's device.
     ///
     /// # Safety
     /// The caller must keep the memory alive, and not touch it from other
     /// streams, until the collective has finished.
-    pub unsafe fn reduce_scatter_raw(
+    pub unsafe fn collective_raw(
         &self,
+        c: Collective,
         bufs: &[RawBuffers],
         dtype: DataType,
         op: Op,
@@ -404,7 +294,7 @@ impl Communicator {
             })
             .collect();
         self.check_devices(&spans, dtype.size())?;
-        self.enqueue(&spans, dtype, op, streams)
+        self.enqueue(c, &spans, dtype, op, streams)
     }
 
     fn check_streams(&self, streams: &[Arc<CudaStream>]) -> Result<()> {
@@ -441,7 +331,7 @@ impl Communicator {
 
     fn check_devices(&self, spans: &[BufferSpan], sz: u64) -> Result<()> {
         for (u, s) in spans.iter().enumerate() {
-            if s.recv_len == 0 {
+            if s.recv_len == 0 || s.send_len == 0 {
                 continue;
             }
             let expected = self.inner.ranks[u].ctx.ordinal();
@@ -471,79 +361,21 @@ impl Communicator {
 
     fn enqueue(
         &self,
+        c: Collective,
         spans: &[BufferSpan],
         dtype: DataType,
         op: Op,
         streams: &[Arc<CudaStream>],
     ) -> Result<()> {
-        let plan = plan_reduce_scatter(
-            &self.inner.state.ring,
-            &self.wiring(),
+        let conns: Vec<u64> = self.inner.ranks.iter().map(|r| r.conn.ptr).collect();
+        let plan = plan(
+            c,
+            &conns,
             spans,
             dtype,
-            self.inner.state.config.buffer_bytes,
-            GPU_THREADS,
-            self.inner
-                .state
-                .control(self.inner.host.device, self.spans_devices()),
+            self.inner.state.call_opts(GPU_THREADS),
         )?;
-        let mut last = self.inner.launch.lock().unwrap_or_else(|e| e.into_inner());
-        match plan {
-            Plan::Nothing => Ok(()),
-            Plan::Copy { send, recv, bytes } => {
-                hand_over(&mut last[0], &streams[0])?;
-                self.inner.ranks[0].ctx.bind_to_thread()?;
-                // SAFETY: validated addresses on this device.
-                unsafe {
-                    result::memcpy_dtod_async(recv, send, bytes as usize, streams[0].cu_stream())?
-                };
-                Ok(())
-            }
-            Plan::Launch { args, .. } => {
-                let withhold = self.inner.state.hooks().withhold_rank;
-                for (u, a) in args.iter().enumerate() {
-                    if withhold == Some(u) {
-                        continue;
-                    }
-                    let r = hand_over(&mut last[u], &streams[u])
-                        .and_then(|()| self.launch(u, a, dtype, op, &streams[u]));
-                    if let Err(e) = r {
-                        // Ranks already launched cannot finish; they will
-                        // time out. Nothing later may run on this state.
-                        self.inner.state.mark_broken(&e);
-                        return Err(e);
-                    }
-                }
-                Ok(())
-            }
-        }
-    }
-
-    fn launch(
-        &self,
-        u: usize,
-        a: &KernelArgs,
-        dtype: DataType,
-        op: Op,
-        stream: &CudaStream,
-    ) -> Result<()> {
-        let f = self.inner.kernels[u].get(dtype, op);
-        self.inner.ranks[u].ctx.bind_to_thread()?;
-        let mut args = *a;
-        let mut params = [&mut args as *mut KernelArgs as *mut std::ffi::c_void];
-        // SAFETY: the kernel takes one `KernelArgs` by value; the driver
-        // copies it at launch.
-        unsafe {
-            result::launch_kernel(
-                f.cu_function(),
-                (1, 1, 1),
-                (BLOCK_THREADS, 1, 1),
-                0,
-                stream.cu_stream(),
-                &mut params,
-            )?
-        };
-        Ok(())
+        enqueue(&self.inner, plan, dtype, op, streams)
     }
 
     /// Waits for all work on the ranks' devices, then reports the first
@@ -598,46 +430,4 @@ impl Drop for Communicator {
             let _ = r.ctx.synchronize();
         }
     }
-}
-
-/// Keeps one rank's collectives in order when the caller switches streams:
-/// the new stream waits for everything the last one had queued. With the
-/// same stream every time, stream order already does this.
-fn hand_over(last: &mut Option<Arc<CudaStream>>, next: &Arc<CudaStream>) -> Result<()> {
-    if let Some(prev) = last.as_ref() {
-        if prev.cu_stream() != next.cu_stream() {
-            let e = prev.record_event(None)?;
-            next.wait(&e)?;
-        }
-    }
-    *last = Some(next.clone());
-    Ok(())
-}
-
-fn check_residency(ctx: &Arc<CudaContext>, kernels: &Kernels, k: usize) -> Result<()> {
-    let sms =
-        ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
-    let threads = BLOCK_THREADS as usize;
-    let mut per_sm = usize::MAX;
-    for f in kernels.all() {
-        // SAFETY: valid function handle.
-        let n = unsafe {
-            result::occupancy::max_active_block_per_multiprocessor(
-                f.cu_function(),
-                threads as i32,
-                0,
-            )?
-        };
-        per_sm = per_sm.min(n.max(0) as usize);
-    }
-    let max = (per_sm * sms).min(MAX_RESIDENT_GRIDS);
-    if k > max {
-        return Err(Error::TooManyRanks {
-            k,
-            max,
-            device: ctx.ordinal(),
-            threads,
-        });
-    }
-    Ok(())
 }

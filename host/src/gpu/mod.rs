@@ -1,9 +1,14 @@
-//! The GPU side: driver access, the embedded kernels and the communicator.
+//! The GPU side: driver access, the embedded kernels and the communicator,
+//! read as setup (resources) → launch → API.
 
+mod buffers;
 mod comm;
 mod driver;
+mod launch;
 #[doc(hidden)]
 pub mod module;
+mod setup;
 
-pub use comm::{Communicator, RawBuffers, RsBuffers};
+pub use buffers::{Buffers, RawBuffers};
+pub use comm::Communicator;
 pub use driver::{device_count, driver_available, open_device};

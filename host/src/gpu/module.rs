@@ -3,17 +3,13 @@
 use crate::error::Result;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
+use ringreduce_kernels::abi::kernel_name;
 use ringreduce_kernels::{DataType, Op};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// The PTX of every kernel, built by `build.rs` from `ringreduce-kernels`.
 pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels.ptx"));
-
-/// Entry name of the reduce-scatter kernel for (type, op).
-pub fn kernel_name(dtype: DataType, op: Op) -> String {
-    format!("ringreduce_rs_{}_{}", dtype.name(), op.name())
-}
 
 /// Names of the kernels the bench runner measures its ceilings with.
 pub const COPY_BLOCK_KERNEL: &str = "ringreduce_copy_block";
@@ -25,7 +21,7 @@ pub const REDUCE_BLOCK_KERNEL: &str = "ringreduce_reduce_block";
 pub fn all_kernel_names() -> Vec<String> {
     let mut v: Vec<String> = DataType::ALL
         .iter()
-        .flat_map(|&d| Op::ALL.iter().map(move |&o| kernel_name(d, o)))
+        .flat_map(|&d| Op::ALL.iter().map(move |&o| kernel_name(d, o).to_string()))
         .collect();
     v.extend(
         [
@@ -56,7 +52,7 @@ pub fn module_for(ctx: &Arc<CudaContext>) -> Result<Arc<CudaModule>> {
     Ok(module)
 }
 
-/// The reduce-scatter kernels of one device, by (type, op).
+/// The collective kernels of one device, by (type, op).
 pub struct Kernels {
     pub module: Arc<CudaModule>,
     by_key: HashMap<(DataType, Op), CudaFunction>,
@@ -68,7 +64,7 @@ impl Kernels {
         let mut by_key = HashMap::new();
         for &d in &DataType::ALL {
             for &o in &Op::ALL {
-                by_key.insert((d, o), module.load_function(&kernel_name(d, o))?);
+                by_key.insert((d, o), module.load_function(kernel_name(d, o))?);
             }
         }
         Ok(Kernels { module, by_key })

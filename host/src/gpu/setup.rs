@@ -1,0 +1,221 @@
+//! Creating a GPU communicator's resources: the devices and their links,
+//! the ring, the kernels, how many channels stay co-resident, and each
+//! rank's staging, flags, ring table and connection in device memory.
+
+use super::driver::{enable_peer_access, open_device, p2p_link, DeviceAlloc, MappedHost};
+use super::module::Kernels;
+use crate::config::CommConfig;
+use crate::error::{Error, Result};
+use crate::planner::{connect, ChannelWiring, RankWiring};
+use crate::ring::RingOrder;
+use crate::state::CommState;
+use crate::topology::{check_ring, ring_from_topology};
+use cudarc::driver::{result, sys, CudaContext, CudaStream};
+use ringreduce_kernels::abi::{RankConn, BLOCK_THREADS, GPU_THREADS, MAX_CHANNELS};
+use ringreduce_kernels::{DataType, StatusRecord};
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+/// Kernels that can be resident on one device at once (compute capability
+/// 7.0 and newer): one launch per rank, so at most this many ranks there.
+const MAX_RESIDENT_GRIDS: usize = 128;
+
+/// Bytes of flags per channel: the tail and the head each on a line of
+/// their own, since different peers write them.
+const FLAG_STRIDE: u64 = 256;
+/// Offset of the head word in a channel's flags (the tail is at 0).
+const HEAD: u64 = 128;
+
+/// One rank's device memory.
+pub struct Rank {
+    pub ctx: Arc<CudaContext>,
+    /// Every channel's staging ring, `buffer_bytes` apart.
+    pub staging: DeviceAlloc,
+    /// Every channel's tail and head, [`FLAG_STRIDE`] apart.
+    pub flags: DeviceAlloc,
+    pub user_from_ring: DeviceAlloc,
+    /// The [`RankConn`] the kernel reads.
+    pub conn: DeviceAlloc,
+}
+
+/// Everything a communicator owns.
+pub struct Inner {
+    pub ranks: Vec<Rank>,
+    pub kernels: Vec<Arc<Kernels>>,
+    /// Word 0: abort; then one status record per rank and channel.
+    pub host: MappedHost,
+    /// Held while one collective's grids are launched, so that concurrent
+    /// callers cannot interleave two collectives' launches across ranks;
+    /// holds each rank's last stream.
+    pub launch: Mutex<Vec<Option<Arc<CudaStream>>>>,
+    pub state: CommState,
+}
+
+/// Sets up `devices.len()` ranks, user rank `u` on `devices[u]`.
+pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
+    let k = devices.len();
+    if k == 0 {
+        return Err(Error::ZeroRanks);
+    }
+    // Validated before any device is opened; kept when the config names it.
+    let given = RingOrder::for_ranks(config.ring_order.as_deref(), k)?;
+    crate::planner::sizing(DataType::U8, config.buffer_bytes, GPU_THREADS, true)?;
+    let mut ctxs: BTreeMap<usize, Arc<CudaContext>> = BTreeMap::new();
+    for &d in devices {
+        if let Entry::Vacant(e) = ctxs.entry(d) {
+            e.insert(open_device(d)?);
+        }
+    }
+    let ring = ring_for(devices, &ctxs, &config, given)?;
+    let mut kernels_of = HashMap::new();
+    let mut max_channels = MAX_CHANNELS;
+    for (&d, ctx) in &ctxs {
+        let kernels = Arc::new(Kernels::load(ctx)?);
+        let here = devices.iter().filter(|&&x| x == d).count();
+        max_channels = max_channels.min(channels_that_fit(ctx, &kernels, here, &config)?);
+        kernels_of.insert(d, kernels);
+    }
+    let ufr = ring.user_from_ring();
+    let table: Vec<u8> = ufr.iter().flat_map(|u| u.to_ne_bytes()).collect();
+    let buffer = config.buffer_bytes;
+    let mut ranks = Vec::with_capacity(k);
+    for &d in devices {
+        let ctx = &ctxs[&d];
+        let user_from_ring = DeviceAlloc::zeroed(ctx, table.len())?;
+        // SAFETY: the allocation holds exactly the table.
+        unsafe { result::memcpy_htod_sync(user_from_ring.ptr, &table)? };
+        ranks.push(Rank {
+            ctx: ctx.clone(),
+            staging: DeviceAlloc::zeroed(ctx, (buffer * max_channels as u64) as usize)?,
+            flags: DeviceAlloc::zeroed(ctx, (FLAG_STRIDE * max_channels as u64) as usize)?,
+            user_from_ring,
+            conn: DeviceAlloc::zeroed(ctx, std::mem::size_of::<RankConn>())?,
+        });
+    }
+    // Portable, and at one address in every context (unified addressing),
+    // so every rank's kernel reaches the same words.
+    let records = k * max_channels;
+    let host = MappedHost::zeroed(&ctxs[&devices[0]], 1 + records * StatusRecord::WORDS)?;
+    let status0 = host.device + 8;
+    let record_bytes = (StatusRecord::WORDS * 8) as u64;
+    let wiring: Vec<RankWiring> = ranks
+        .iter()
+        .enumerate()
+        .map(|(u, r)| RankWiring {
+            user_from_ring: r.user_from_ring.ptr,
+            channels: (0..max_channels as u64)
+                .map(|c| ChannelWiring {
+                    staging: r.staging.ptr + c * buffer,
+                    tail: r.flags.ptr + c * FLAG_STRIDE,
+                    head: r.flags.ptr + c * FLAG_STRIDE + HEAD,
+                    status: status0 + ((u * max_channels) as u64 + c) * record_bytes,
+                })
+                .collect(),
+        })
+        .collect();
+    let spans = ctxs.len() > 1;
+    let state = CommState::new(ring, config, max_channels);
+    let conns = connect(&state.ring, &wiring, state.statics(host.device, spans));
+    for (r, c) in ranks.iter().zip(&conns) {
+        // SAFETY: `RankConn` is plain `repr(C)` data and the allocation
+        // holds exactly one.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                c as *const RankConn as *const u8,
+                std::mem::size_of::<RankConn>(),
+            )
+        };
+        // SAFETY: as above.
+        unsafe { result::memcpy_htod_sync(r.conn.ptr, bytes)? };
+    }
+    Ok(Inner {
+        state,
+        ranks,
+        kernels: devices.iter().map(|d| kernels_of[d].clone()).collect(),
+        host,
+        launch: Mutex::new(vec![None; k]),
+    })
+}
+
+/// The ring: the configured order, checked against the links, or one that
+/// follows the links; and peer access between every pair of neighbours on
+/// two devices.
+fn ring_for(
+    devices: &[usize],
+    ctxs: &BTreeMap<usize, Arc<CudaContext>>,
+    config: &CommConfig,
+    given: RingOrder,
+) -> Result<RingOrder> {
+    let k = devices.len();
+    let mut links = HashMap::new();
+    for (&a, ca) in ctxs {
+        for (&b, cb) in ctxs {
+            if a != b {
+                links.insert((a, b), p2p_link(ca, cb)?);
+            }
+        }
+    }
+    let link = |a: usize, b: usize| links[&(a, b)];
+    let ring = if config.ring_order.is_some() {
+        check_ring(devices, &given, link)?;
+        given
+    } else {
+        ring_from_topology(devices, link)?
+    };
+    let ufr = ring.user_from_ring();
+    for p in 0..k {
+        let (a, b) = (devices[ufr[p] as usize], devices[ufr[(p + 1) % k] as usize]);
+        if a != b {
+            enable_peer_access(&ctxs[&a], &ctxs[&b])?;
+            enable_peer_access(&ctxs[&b], &ctxs[&a])?;
+        }
+    }
+    Ok(ring)
+}
+
+/// Channels per rank when `here` ranks share the device: every block of
+/// every rank must be resident at once, since they wait on each other. A
+/// configured count must fit; otherwise as many as fit, up to
+/// [`MAX_CHANNELS`].
+fn channels_that_fit(
+    ctx: &Arc<CudaContext>,
+    kernels: &Kernels,
+    here: usize,
+    config: &CommConfig,
+) -> Result<usize> {
+    let sms =
+        ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
+    let threads = BLOCK_THREADS as usize;
+    let mut per_sm = usize::MAX;
+    for f in kernels.all() {
+        // SAFETY: valid function handle.
+        let n = unsafe {
+            result::occupancy::max_active_block_per_multiprocessor(
+                f.cu_function(),
+                threads as i32,
+                0,
+            )?
+        };
+        per_sm = per_sm.min(n.max(0) as usize);
+    }
+    let blocks = per_sm * sms;
+    let max = (blocks / here.max(1)).min(MAX_CHANNELS);
+    if here > MAX_RESIDENT_GRIDS || max == 0 {
+        return Err(Error::TooManyRanks {
+            k: here,
+            max: blocks.min(MAX_RESIDENT_GRIDS),
+            device: ctx.ordinal(),
+            threads,
+        });
+    }
+    match config.channels {
+        Some(c) if c == 0 || c as usize > max => Err(Error::TooManyChannels {
+            channels: c as usize,
+            max,
+            device: ctx.ordinal(),
+        }),
+        Some(c) => Ok(c as usize),
+        None => Ok(max),
+    }
+}
