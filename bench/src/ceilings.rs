@@ -8,7 +8,7 @@ use cudarc::driver::{
 use ringreduce::gpu::module::{
     module_for, COPY_BLOCK_KERNEL, COPY_GRID_KERNEL, PINGPONG_KERNEL, REDUCE_BLOCK_KERNEL,
 };
-use ringreduce::kernels::plan::BLOCK_THREADS;
+use ringreduce::kernels::abi::BLOCK_THREADS;
 use std::sync::Arc;
 
 const TIMING: Option<sys::CUevent_flags> = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);

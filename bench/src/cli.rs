@@ -1,6 +1,6 @@
 //! The bench's command line, mirroring nccl-tests where they overlap.
 
-use crate::metrics::Collective;
+use crate::metrics::CollectiveArg;
 use crate::sizes::parse_size;
 use clap::Parser;
 use ringreduce::{DataType, Op};
@@ -22,7 +22,9 @@ fn bool01(s: &str) -> Result<bool, String> {
 #[derive(Parser, Debug, Clone)]
 #[command(name = "ringreduce-bench", version)]
 pub struct BenchArgs {
-    /// Minimum size (per-rank input for reduce-scatter), with K/M/G suffix.
+    /// Minimum size, with K/M/G suffix: nccl-tests' size, the per-rank input
+    /// of a reduce-scatter, the per-rank output of an all-gather, the
+    /// buffer of an all-reduce.
     #[arg(short = 'b', long = "minbytes", default_value = "32M", value_parser = size_arg)]
     pub min_bytes: u64,
     /// Maximum size.
@@ -57,18 +59,21 @@ pub struct BenchArgs {
     /// Blocking: synchronise after every collective (0/1).
     #[arg(short = 'z', long = "blocking", default_value = "0", value_parser = bool01, action = clap::ArgAction::Set)]
     pub blocking: bool,
-    /// Staging buffer per rank.
+    /// Staging buffer per channel.
     #[arg(long = "buffsize", default_value = "2M", value_parser = size_arg)]
     pub buffsize: u64,
+    /// Channels (blocks) per rank; automatic when not given.
+    #[arg(short = 'C', long = "channels")]
+    pub channels: Option<u32>,
     /// Ring order: user ranks in ring order, comma separated.
     #[arg(long = "ring-order", value_delimiter = ',')]
     pub ring_order: Option<Vec<u32>>,
     /// Force the CPU execution even when a GPU is present.
     #[arg(long)]
     pub cpu: bool,
-    /// The collective to run.
+    /// The collective to run, or all three.
     #[arg(long = "collective", value_enum, default_value = "reduce-scatter")]
-    pub collective: Collective,
+    pub collective: CollectiveArg,
     /// Write every row, the ceilings and the setup as JSON.
     #[arg(short = 'J', long = "json")]
     pub json: Option<PathBuf>,
@@ -169,6 +174,10 @@ mod tests {
             "4M",
             "--ring-order",
             "1,2,0,3",
+            "-C",
+            "3",
+            "--collective",
+            "all",
         ])
         .unwrap();
         assert_eq!(
@@ -183,6 +192,8 @@ mod tests {
         );
         assert_eq!(a.buffsize, 4 << 20);
         assert_eq!(a.ring_order, Some(vec![1, 2, 0, 3]));
+        assert_eq!(a.channels, Some(3));
+        assert_eq!(a.collective, CollectiveArg::All);
         let a = BenchArgs::try_parse_from(["b", "-d", "all", "-o", "all"]).unwrap();
         assert_eq!(a.dtypes().unwrap().len(), 10);
         assert_eq!(a.ops().unwrap().len(), 5);

@@ -4,6 +4,7 @@
 
 pub mod ceilings;
 pub mod cli;
+pub mod clock;
 pub mod compare;
 pub mod exact;
 pub mod metrics;

@@ -9,11 +9,13 @@
 
 use crate::cli::BenchArgs;
 use crate::exact::FromSmall;
+use crate::metrics::name;
 use crate::report::{Perf, Row};
-use crate::run::{perf, with_elem, Point};
+use crate::run::{perf, with_elem, Judge, Point};
 use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
 use cudarc::nccl::{result as nresult, sys as nsys};
-use ringreduce::{DataType, Op, RsElement};
+use ringreduce::internals::lengths;
+use ringreduce::{Collective, DataType, Op, RsElement};
 use std::sync::Arc;
 
 const REEXEC_ENV: &str = "RINGREDUCE_BENCH_NCCL_REEXEC";
@@ -126,7 +128,7 @@ impl Drop for Comms {
     }
 }
 
-pub fn sweep(args: &BenchArgs, pts: &[Point], ceiling: Option<f64>) -> Result<Vec<Row>, String> {
+pub fn sweep(args: &BenchArgs, pts: &[Point], judge: Judge) -> Result<Vec<Row>, String> {
     // NVLink multicast stays off on shared machines.
     std::env::set_var("NCCL_NVLS_ENABLE", "0");
     let k = args.ranks;
@@ -151,7 +153,7 @@ pub fn sweep(args: &BenchArgs, pts: &[Point], ceiling: Option<f64>) -> Result<Ve
     let comms = Comms(raw);
     let mut rows = Vec::new();
     for p in pts {
-        let r = with_elem!(p.dtype, T => point::<T>(args, &comms, &streams, p, ceiling));
+        let r = with_elem!(p.dtype, T => point::<T>(args, &comms, &streams, p, judge));
         rows.push(r?);
     }
     Ok(rows)
@@ -162,20 +164,24 @@ fn point<T: RsElement + FromSmall>(
     comms: &Comms,
     streams: &[Arc<CudaStream>],
     p: &Point,
-    ceiling: Option<f64>,
+    judge: Judge,
 ) -> Result<Row, String> {
     let k = streams.len();
     let n = p.count as usize;
     let sz = std::mem::size_of::<T>() as u64;
+    let c = p.collective;
+    let (sl, rl) = lengths(c, k as u64, n as u64);
+    let (send_len, recv_len) = (sl as usize, rl as usize);
     let e = |e: cudarc::driver::DriverError| e.to_string();
     let mut send: Vec<CudaSlice<T>> = Vec::new();
     let mut recv: Vec<CudaSlice<T>> = Vec::new();
     for (u, s) in streams.iter().enumerate() {
+        let whole = send_len.max(recv_len).max(1);
         send.push(
-            s.clone_htod(&crate::exact::fill::<T>(p.op, k, u, (n * k).max(1), 7))
+            s.clone_htod(&crate::exact::fill::<T>(p.op, k, u, whole, 7))
                 .map_err(e)?,
         );
-        recv.push(s.alloc_zeros::<T>(n.max(1)).map_err(e)?);
+        recv.push(s.alloc_zeros::<T>(whole).map_err(e)?);
     }
     let sp: Vec<u64> = send
         .iter()
@@ -192,31 +198,56 @@ fn point<T: RsElement + FromSmall>(
     let mut out = [None, None];
     for (pi, in_place) in [false, true].into_iter().enumerate() {
         if n == 0 {
-            out[pi] = Some(perf(args.collective, k, p, 0.0, None, ceiling));
+            out[pi] = Some(perf(k, p, 0.0, None, judge));
             continue;
         }
         let once = || -> Result<(), String> {
             nresult::group_start().map_err(|e| format!("{e:?}"))?;
             for u in 0..k {
-                // NCCL's in-place layout: recv = send + rank * recvcount.
-                let dst = if in_place {
-                    sp[u] + u as u64 * n as u64 * sz
-                } else {
-                    rp[u]
+                // NCCL's in-place layouts: recv = send + rank * count for a
+                // reduce-scatter, send = recv + rank * count for an
+                // all-gather, send == recv for an all-reduce.
+                let block = u as u64 * n as u64 * sz;
+                let (src, dst) = match (in_place, c) {
+                    (false, _) => (sp[u], rp[u]),
+                    (true, Collective::ReduceScatter) => (sp[u], sp[u] + block),
+                    (true, Collective::AllGather) => (sp[u] + block, sp[u]),
+                    (true, Collective::AllReduce) => (sp[u], sp[u]),
                 };
-                // SAFETY: device buffers of k*n and n elements on rank u's device.
+                let stream = streams[u].cu_stream() as _;
+                // SAFETY: device buffers of the collective's lengths on rank
+                // u's device.
                 unsafe {
-                    nresult::reduce_scatter(
-                        sp[u] as *const _,
-                        dst as *mut _,
-                        n,
-                        dt,
-                        op,
-                        comms.0[u],
-                        streams[u].cu_stream() as _,
-                    )
+                    match c {
+                        Collective::ReduceScatter => nresult::reduce_scatter(
+                            src as *const _,
+                            dst as *mut _,
+                            n,
+                            dt,
+                            op,
+                            comms.0[u],
+                            stream,
+                        ),
+                        Collective::AllGather => nresult::all_gather(
+                            src as *const _,
+                            dst as *mut _,
+                            n,
+                            dt,
+                            comms.0[u],
+                            stream,
+                        ),
+                        Collective::AllReduce => nresult::all_reduce(
+                            src as *const _,
+                            dst as *mut _,
+                            n,
+                            dt,
+                            op,
+                            comms.0[u],
+                            stream,
+                        ),
+                    }
                 }
-                .map_err(|e| format!("ncclReduceScatter: {e:?}"))?;
+                .map_err(|e| format!("NCCL {}: {e:?}", name(c)))?;
             }
             nresult::group_end().map_err(|e| format!("{e:?}"))?;
             Ok(())
@@ -251,22 +282,17 @@ fn point<T: RsElement + FromSmall>(
             b.synchronize().map_err(e)?;
             worst = worst.max(a.elapsed_ms(b).map_err(e)? as f64 * 1e3);
         }
-        out[pi] = Some(perf(
-            args.collective,
-            k,
-            p,
-            worst / args.iters.max(1) as f64,
-            None,
-            ceiling,
-        ));
+        out[pi] = Some(perf(k, p, worst / args.iters.max(1) as f64, None, judge));
     }
     let [oop, ip] = out;
     Ok(Row {
+        collective: name(c).into(),
         size: p.size,
         count: p.count,
         dtype: p.dtype.name().into(),
         op: p.op.name().into(),
         root: -1,
+        channels: 0,
         out_of_place: oop.unwrap_or_else(zero),
         in_place: ip.unwrap_or_else(zero),
     })
@@ -279,6 +305,7 @@ fn zero() -> Perf {
         busbw: 0.0,
         wrong: None,
         busbw_vs_ceiling: None,
+        vs_device_copy: None,
     }
 }
 

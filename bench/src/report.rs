@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Bumped when a field changes meaning or goes away.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// One placement's figures in a row.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -18,17 +18,28 @@ pub struct Perf {
     /// busbw over the ceiling the row is judged against (single-block copy
     /// bandwidth for ringreduce, device copy bandwidth for NCCL).
     pub busbw_vs_ceiling: Option<f64>,
+    /// The least memory traffic the collective needs per second, over
+    /// what the device-wide copy moves per second (see
+    /// `metrics::vs_device_copy`); 1.0 is the memory's limit.
+    #[serde(default)]
+    pub vs_device_copy: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Row {
-    /// Per-rank input in bytes.
+    /// nccl-tests' name of the collective.
+    #[serde(default)]
+    pub collective: String,
+    /// nccl-tests' size in bytes (see `metrics::count_for`).
     pub size: u64,
-    /// recvcount.
+    /// The collective's count.
     pub count: u64,
     pub dtype: String,
     pub op: String,
     pub root: i32,
+    /// Channels per rank the call ran.
+    #[serde(default)]
+    pub channels: u64,
     pub out_of_place: Perf,
     pub in_place: Perf,
 }
@@ -69,7 +80,11 @@ pub struct Report {
     pub iters: usize,
     pub warmup: usize,
     pub blocking: bool,
+    /// Staging bytes per channel.
     pub buffsize: u64,
+    /// `-C`: the channels asked for (`None`: automatic).
+    #[serde(default)]
+    pub channels: Option<u32>,
     pub ring_order: Vec<u32>,
     /// The GPU of each user rank (one per GPU, or all on GPU 0 as virtual
     /// ranks); empty for the CPU execution.

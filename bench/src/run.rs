@@ -1,26 +1,26 @@
-//! Running a sweep: on the GPU with virtual ranks, or on the CPU execution
-//! when there is no GPU (or `--cpu`).
+//! Running a sweep, written once against the library's `Collectives`
+//! trait: on the GPU (virtual ranks, or one rank per GPU), or on the CPU
+//! execution when there is no GPU (or `--cpu`).
 
 use crate::ceilings;
 use crate::cli::BenchArgs;
+use crate::clock::Clock;
 use crate::exact::{fill, FromSmall};
-use crate::metrics::{algbw, busbw, Collective};
+use crate::metrics::{algbw, busbw, bytes_for, count_for, name, vs_device_copy};
 use crate::nccl;
 use crate::plot;
-use crate::report::{now_iso, Perf, Report, Row, SCHEMA_VERSION};
+use crate::report::{now_iso, Ceilings, Perf, Report, Row, SCHEMA_VERSION};
 use crate::sizes::sweep;
 use crate::table;
-use cudarc::driver::{sys, CudaSlice, CudaStream};
+use cudarc::driver::sys;
 use indicatif::{ProgressBar, ProgressStyle};
 use ringreduce::{
-    reference, CommConfig, Communicator, CpuBuffers, CpuCommunicator, DataType, HostBuffer, Op,
-    RingOrder, RsBuffers, RsElement,
+    reference, Collective, Collectives, CommConfig, Communicator, CpuCommunicator, DataType, Op,
+    Region, RingOrder, RsElement,
 };
-use std::sync::Arc;
-use std::time::Instant;
 
-/// Largest per-rank size the CPU execution sweeps to: it exists to show
-/// the runner works, not to measure anything.
+/// Largest size the CPU execution sweeps to: it exists to show the runner
+/// works, not to measure anything.
 pub const CPU_MAX_BYTES: u64 = 4 << 20;
 /// Bytes the copy ceilings move: far beyond any L2 cache.
 pub const CEILING_COPY_BYTES: u64 = 1 << 30;
@@ -29,6 +29,7 @@ pub(crate) use ringreduce::with_element_type as with_elem;
 
 /// One sweep point, for either backend.
 pub struct Point {
+    pub collective: Collective,
     pub dtype: DataType,
     pub op: Op,
     pub size: u64,
@@ -37,38 +38,63 @@ pub struct Point {
 
 pub fn points(args: &BenchArgs, sizes: &[u64]) -> Result<Vec<Point>, String> {
     let mut v = Vec::new();
-    for dtype in args.dtypes()? {
-        for op in args.ops()? {
-            for &size in sizes {
-                let count = args.collective.count_for(size, dtype.size(), args.ranks);
-                v.push(Point {
-                    dtype,
-                    op,
-                    size,
-                    count,
-                });
+    for collective in args.collective.collectives() {
+        for dtype in args.dtypes()? {
+            // An all-gather has no op: one row per type.
+            let ops = if collective == Collective::AllGather {
+                vec![Op::Sum]
+            } else {
+                args.ops()?
+            };
+            for op in ops {
+                for &size in sizes {
+                    let count = count_for(collective, size, dtype.size(), args.ranks);
+                    v.push(Point {
+                        collective,
+                        dtype,
+                        op,
+                        size,
+                        count,
+                    });
+                }
             }
         }
     }
     Ok(v)
 }
 
-pub fn perf(
-    coll: Collective,
-    k: usize,
-    p: &Point,
-    time_us: f64,
-    wrong: Option<u64>,
-    ceiling: Option<f64>,
-) -> Perf {
-    let bytes = coll.bytes_for(p.count, p.dtype.size(), k);
-    let bus = busbw(coll, k, bytes, time_us);
+/// What a row's ratios are taken against, and how many ranks share a
+/// device (the device-copy ratio counts all their traffic).
+#[derive(Clone, Copy)]
+pub struct Judge<'a> {
+    pub ceilings: Option<&'a Ceilings>,
+    /// The ceiling busbw is divided by (single-block copy for ringreduce,
+    /// device copy for NCCL).
+    pub busbw_ceiling: Option<f64>,
+    pub ranks_here: usize,
+}
+
+pub fn perf(k: usize, p: &Point, time_us: f64, wrong: Option<u64>, j: Judge) -> Perf {
+    let sz = p.dtype.size();
+    let bytes = bytes_for(p.collective, p.count, sz, k);
+    let bus = busbw(p.collective, k, bytes, time_us);
     Perf {
         time_us,
         algbw: algbw(bytes, time_us),
         busbw: bus,
         wrong,
-        busbw_vs_ceiling: ceiling.filter(|c| *c > 0.0).map(|c| bus / c),
+        busbw_vs_ceiling: j.busbw_ceiling.filter(|c| *c > 0.0).map(|c| bus / c),
+        vs_device_copy: j.ceilings.and_then(|c| {
+            vs_device_copy(
+                p.collective,
+                p.count,
+                sz,
+                k,
+                j.ranks_here,
+                time_us,
+                c.device_copy_gbps,
+            )
+        }),
     }
 }
 
@@ -120,7 +146,7 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         println!("# These figures are NOT GPU figures; they only show the runner works.");
         println!("# ================================================================");
         if max > CPU_MAX_BYTES {
-            println!("# Sizes capped at {CPU_MAX_BYTES} bytes per rank for the CPU execution.");
+            println!("# Sizes capped at {CPU_MAX_BYTES} bytes for the CPU execution.");
             max = CPU_MAX_BYTES;
             min = min.min(max);
         }
@@ -134,6 +160,9 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         .watchdog(!args.no_watchdog);
     if let Some(r) = args.prefetch {
         config = config.prefetch_rounds(r);
+    }
+    if let Some(c) = args.channels {
+        config = config.channels(c);
     }
     // Without --ring-order, a ring over several GPUs follows their links.
     if args.ring_order.is_some() {
@@ -155,6 +184,7 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         warmup: args.warmup,
         blocking: args.blocking,
         buffsize: args.buffsize,
+        channels: args.channels,
         ring_order: ring.user_from_ring().to_vec(),
         devices: vec![],
         prefetch_rounds: config.effective_prefetch_rounds(),
@@ -178,20 +208,27 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         let devices = placement(args.ranks, *gpus.as_ref().unwrap_or(&1));
         let comm = Communicator::with_placement(&devices, config).map_err(|e| e.to_string())?;
         report.ring_order = comm.ring_order().user_from_ring().to_vec();
+        let ranks_here = devices.iter().filter(|&&d| d == devices[0]).count();
         report.devices = devices;
         print!("{}", table::preamble(&report));
         print!("{}", table::ceilings(&c));
-        report.ceilings = Some(c.clone());
-        let streams = comm.new_streams().map_err(|e| e.to_string())?;
-        print!("#\n{}", table::header("1-block copy"));
-        report.rows = gpu_sweep(args, &comm, &streams, &pts, Some(c.block_copy_gbps))?;
+        let judge = Judge {
+            ceilings: Some(&c),
+            busbw_ceiling: Some(c.block_copy_gbps),
+            ranks_here,
+        };
+        report.rows = sweep_all(args, &comm, &pts, judge, "1-block copy")?;
+        report.ceilings = Some(c);
     } else {
         print!("{}", table::preamble(&report));
         let comm = CpuCommunicator::with_config(args.ranks, config).map_err(|e| e.to_string())?;
-        print!("#\n{}", table::header("(none: CPU)"));
-        report.rows = cpu_sweep(args, &comm, &pts)?;
+        let judge = Judge {
+            ceilings: None,
+            busbw_ceiling: None,
+            ranks_here: args.ranks,
+        };
+        report.rows = sweep_all(args, &comm, &pts, judge, "(none: CPU)")?;
     }
-    print!("{}", table::footer(&report.rows));
 
     if args.vs_nccl {
         let devices = gpus.as_ref().copied().unwrap_or(0);
@@ -201,8 +238,12 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
                 report.nccl_note = Some(note);
             }
             Ok(()) => {
-                let ceiling = report.ceilings.as_ref().map(|c| c.device_copy_gbps);
-                let rows = nccl::sweep(args, &pts, ceiling)?;
+                let judge = Judge {
+                    ceilings: report.ceilings.as_ref(),
+                    busbw_ceiling: report.ceilings.as_ref().map(|c| c.device_copy_gbps),
+                    ranks_here: 1,
+                };
+                let rows = nccl::sweep(args, &pts, judge)?;
                 println!("# NCCL, same sweep, same process:");
                 print!("{}", table::header("device copy"));
                 for r in &rows {
@@ -257,128 +298,160 @@ fn shift(iter: usize, size: u64, max: u64) -> u64 {
     iter as u64 % steps
 }
 
-fn gpu_sweep(
+/// Every point, one table per collective.
+fn sweep_all<C: Clock>(
     args: &BenchArgs,
-    comm: &Communicator,
-    streams: &[Arc<CudaStream>],
+    comm: &C,
     pts: &[Point],
-    ceiling: Option<f64>,
+    judge: Judge,
+    ceiling_name: &str,
 ) -> Result<Vec<Row>, String> {
     let pb = progress(pts.len());
     let mut rows = Vec::with_capacity(pts.len());
     let mut i = 0;
     while i < pts.len() {
-        // Points come grouped by type; allocate once per type.
-        let dtype = pts[i].dtype;
+        // Points come grouped by collective, then type: print a table per
+        // collective, allocate once per type.
+        let (c, dtype) = (pts[i].collective, pts[i].dtype);
+        if i == 0 || pts[i - 1].collective != c {
+            pb.suspend(|| print!("#\n# {}\n{}", name(c), table::header(ceiling_name)));
+        }
         let j = pts[i..]
             .iter()
-            .position(|p| p.dtype != dtype)
+            .position(|p| p.dtype != dtype || p.collective != c)
             .map_or(pts.len(), |x| i + x);
-        let group = &pts[i..j];
-        let r =
-            with_elem!(dtype, T => gpu_type_sweep::<T>(args, comm, streams, group, ceiling, &pb));
+        let r = with_elem!(dtype, T => type_sweep::<C, T>(args, comm, &pts[i..j], judge, &pb));
         rows.extend(r.map_err(|e| e.to_string())?);
+        if j == pts.len() || pts[j].collective != c {
+            let these: Vec<Row> = rows
+                .iter()
+                .filter(|r| r.collective == name(c))
+                .cloned()
+                .collect();
+            pb.suspend(|| print!("{}", table::footer(&these)));
+        }
         i = j;
     }
     pb.finish_and_clear();
     Ok(rows)
 }
 
-fn gpu_type_sweep<T: RsElement + FromSmall>(
+/// Each rank's buffers: `send` and `recv` sized for the largest point,
+/// with room for nccl-tests' shifting.
+struct Bufs<B> {
+    send: Vec<B>,
+    recv: Vec<B>,
+}
+
+/// The regions of one call of collective `c` with count `n`, `sh`
+/// messages into the buffers. In place, the buffer that holds every block
+/// is used: `send` for a reduce-scatter and an all-reduce, `recv` for an
+/// all-gather.
+fn regions<'a, B>(
+    c: Collective,
+    k: usize,
+    n: usize,
+    in_place: bool,
+    sh: usize,
+    bufs: &'a mut Bufs<B>,
+) -> Vec<Region<'a, B>> {
+    let (send_len, recv_len) = ringreduce::internals::lengths(c, k as u64, n as u64);
+    let (send_len, recv_len) = (send_len as usize, recv_len as usize);
+    let whole = send_len.max(recv_len);
+    let Bufs { send, recv } = bufs;
+    if in_place {
+        let pool = if c == Collective::AllGather {
+            recv
+        } else {
+            send
+        };
+        pool.iter_mut()
+            .map(|buf| Region::InPlace {
+                buf,
+                at: sh * whole..(sh + 1) * whole,
+            })
+            .collect()
+    } else {
+        send.iter()
+            .zip(recv.iter_mut())
+            .map(|(s, r)| Region::OutOfPlace {
+                send: s,
+                send_at: sh * send_len..(sh + 1) * send_len,
+                recv: r,
+                recv_at: sh * recv_len..(sh + 1) * recv_len,
+            })
+            .collect()
+    }
+}
+
+fn type_sweep<C: Clock, T: RsElement + FromSmall>(
     args: &BenchArgs,
-    comm: &Communicator,
-    streams: &[Arc<CudaStream>],
+    comm: &C,
     pts: &[Point],
-    ceiling: Option<f64>,
+    judge: Judge,
     pb: &ProgressBar,
 ) -> ringreduce::Result<Vec<Row>> {
     let k = comm.k();
-    let sz = std::mem::size_of::<T>() as u64;
+    let c = pts[0].collective;
     let max_count = pts.iter().map(|p| p.count).max().unwrap_or(0);
-    let max_bytes = pts
-        .iter()
-        .map(|p| p.size)
-        .max()
-        .unwrap_or(0)
-        .max(max_count * k as u64 * sz);
-    let send_len = (max_bytes / sz).max(k as u64 * max_count).max(1) as usize;
-    let recv_len = (send_len / k).max(1);
-    let mut send: Vec<CudaSlice<T>> = Vec::with_capacity(k);
-    let mut recv: Vec<CudaSlice<T>> = Vec::with_capacity(k);
-    for (u, s) in streams.iter().enumerate() {
+    let (send_cap, recv_cap) = ringreduce::internals::lengths(c, k as u64, max_count);
+    let cap = send_cap.max(recv_cap).max(1) as usize;
+    let mut bufs = Bufs {
+        send: Vec::with_capacity(k),
+        recv: Vec::with_capacity(k),
+    };
+    for u in 0..k {
         // Never time on zeros: start from the exact-check data.
-        send.push(s.clone_htod(&fill::<T>(Op::Sum, k, u, send_len, 1))?);
-        recv.push(s.alloc_zeros::<T>(recv_len)?);
+        let data = fill::<T>(Op::Sum, k, u, cap, 1);
+        bufs.send.push(comm.upload(u, &data)?);
+        bufs.recv.push(comm.upload(u, &data)?);
     }
     let mut rows = Vec::new();
     for p in pts {
-        pb.set_message(format!("{} {} {}B", p.dtype.name(), p.op.name(), p.size));
+        pb.set_message(format!(
+            "{} {} {} {}B",
+            name(c),
+            p.dtype.name(),
+            p.op.name(),
+            p.size
+        ));
         let n = p.count as usize;
-        let steps_max = send_len as u64 * sz;
+        let (sl, rl) = ringreduce::internals::lengths(c, k as u64, n as u64);
+        let whole = sl.max(rl).max(1);
         let mut timed = [0.0f64; 2];
         let mut wrong = [None, None];
         for (pi, in_place) in [false, true].into_iter().enumerate() {
-            let launch = |it: usize, send: &mut [CudaSlice<T>], recv: &mut [CudaSlice<T>]| {
-                let sh = shift(it, (n * k) as u64 * sz, steps_max) as usize;
-                let mut bufs: Vec<RsBuffers<'_, T>> = send
-                    .iter_mut()
-                    .zip(recv.iter_mut())
-                    .map(|(s, r)| {
-                        let so = sh * n * k;
-                        if in_place {
-                            RsBuffers::in_place(s.slice_mut(so..so + n * k))
-                        } else {
-                            let ro = (sh * n).min(recv_len - n);
-                            RsBuffers::out_of_place(
-                                s.slice(so..so + n * k),
-                                r.slice_mut(ro..ro + n),
-                            )
-                        }
-                    })
-                    .collect();
-                comm.reduce_scatter(&mut bufs, p.op, streams)
+            let mut launch = |it: usize| {
+                let sh = shift(it, whole, cap as u64) as usize;
+                comm.collective(c, &mut regions(c, k, n, in_place, sh, &mut bufs), p.op)
             };
             for it in 0..args.warmup {
-                launch(it, &mut send, &mut recv)?;
+                launch(it)?;
             }
-            sync_all(streams)?;
-            let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
-            let start = streams[0].record_event(timing)?;
-            for s in &streams[1..] {
-                s.wait(&start)?;
-            }
-            let t0 = Instant::now();
+            let start = comm.mark()?;
             for it in 0..args.iters {
-                launch(it, &mut send, &mut recv)?;
+                launch(it)?;
                 if args.blocking {
-                    sync_all(streams)?;
+                    comm.synchronize()?;
                 }
             }
-            for s in &streams[1..] {
-                let e = s.record_event(None)?;
-                streams[0].wait(&e)?;
-            }
-            let stop = streams[0].record_event(timing)?;
-            stop.synchronize()?;
-            let host_us = t0.elapsed().as_secs_f64() * 1e6;
+            let stop = comm.mark()?;
+            timed[pi] = comm.elapsed_us(&start, &stop)? / args.iters.max(1) as f64;
             comm.synchronize()?;
-            let ev_us = start.elapsed_ms(&stop)? as f64 * 1e3;
-            let us = if args.blocking { host_us } else { ev_us };
-            timed[pi] = us / args.iters.max(1) as f64;
             if args.check {
-                wrong[pi] = Some(gpu_check::<T>(
-                    comm, streams, &mut send, &mut recv, n, p.op, in_place,
-                )?);
+                wrong[pi] = Some(check::<C, T>(comm, c, &mut bufs, n, p.op, in_place)?);
             }
         }
         let row = Row {
+            collective: name(c).into(),
             size: p.size,
             count: p.count,
             dtype: p.dtype.name().into(),
             op: p.op.name().into(),
             root: -1,
-            out_of_place: perf(args.collective, k, p, timed[0], wrong[0], ceiling),
-            in_place: perf(args.collective, k, p, timed[1], wrong[1], ceiling),
+            channels: comm.channels_for::<T>(c, n) as u64,
+            out_of_place: perf(k, p, timed[0], wrong[0], judge),
+            in_place: perf(k, p, timed[1], wrong[1], judge),
         };
         pb.suspend(|| println!("{}", table::row(&row)));
         rows.push(row);
@@ -387,25 +460,21 @@ fn gpu_type_sweep<T: RsElement + FromSmall>(
     Ok(rows)
 }
 
-fn sync_all(streams: &[Arc<CudaStream>]) -> ringreduce::Result<()> {
-    for s in streams {
-        s.synchronize()?;
-    }
-    Ok(())
-}
-
 fn count_wrong<T: bytemuck::Pod>(got: &[T], want: &[T]) -> u64 {
     got.iter()
         .zip(want)
         .filter(|(a, b)| bytemuck::bytes_of(*a) != bytemuck::bytes_of(*b))
         .count() as u64
+        + got.len().abs_diff(want.len()) as u64
 }
 
-fn gpu_check<T: RsElement + FromSmall>(
-    comm: &Communicator,
-    streams: &[Arc<CudaStream>],
-    send: &mut [CudaSlice<T>],
-    recv: &mut [CudaSlice<T>],
+/// Runs the collective once more on exact-check inputs (any fold order
+/// gives the same bits) and counts the output elements that differ from
+/// the reference.
+fn check<C: Collectives, T: RsElement + FromSmall>(
+    comm: &C,
+    c: Collective,
+    bufs: &mut Bufs<C::Buf<T>>,
     n: usize,
     op: Op,
     in_place: bool,
@@ -414,117 +483,31 @@ fn gpu_check<T: RsElement + FromSmall>(
     if n == 0 {
         return Ok(0);
     }
-    let inputs: Vec<Vec<T>> = (0..k).map(|u| fill::<T>(op, k, u, n * k, 7)).collect();
-    for u in 0..k {
-        streams[u].memcpy_htod(&inputs[u], &mut send[u].slice_mut(0..n * k))?;
+    let (sl, rl) = ringreduce::internals::lengths(c, k as u64, n as u64);
+    let (send_len, recv_len) = (sl as usize, rl as usize);
+    let inputs: Vec<Vec<T>> = (0..k).map(|u| fill::<T>(op, k, u, send_len, 7)).collect();
+    for (u, input) in inputs.iter().enumerate() {
+        // In place, an all-gather's input is its own block of `recv`.
+        if in_place && c == Collective::AllGather {
+            comm.write(u, &mut bufs.recv[u], u * n, input)?;
+        } else {
+            comm.write(u, &mut bufs.send[u], 0, input)?;
+        }
     }
-    {
-        let mut bufs: Vec<RsBuffers<'_, T>> = send
-            .iter_mut()
-            .zip(recv.iter_mut())
-            .map(|(s, r)| {
-                if in_place {
-                    RsBuffers::in_place(s.slice_mut(0..n * k))
-                } else {
-                    RsBuffers::out_of_place(s.slice(0..n * k), r.slice_mut(0..n))
-                }
-            })
-            .collect();
-        comm.reduce_scatter(&mut bufs, op, streams)?;
-    }
-    sync_all(streams)?;
+    comm.collective(c, &mut regions(c, k, n, in_place, 0, bufs), op)?;
     comm.synchronize()?;
     let refs: Vec<&[T]> = inputs.iter().map(|v| v.as_slice()).collect();
-    let want = reference::reduce_scatter(&refs, comm.ring_order(), op);
+    let want = reference::collective(c, &refs, comm.ring_order(), op);
     let mut wrong = 0;
     for u in 0..k {
-        let got = if in_place {
-            streams[u].clone_dtoh(&send[u].slice(u * n..(u + 1) * n))?
-        } else {
-            streams[u].clone_dtoh(&recv[u].slice(0..n))?
+        let got = match (in_place, c) {
+            (true, Collective::ReduceScatter) => comm.read(u, &bufs.send[u], u * n..(u + 1) * n)?,
+            (true, Collective::AllReduce) => comm.read(u, &bufs.send[u], 0..n)?,
+            _ => comm.read(u, &bufs.recv[u], 0..recv_len)?,
         };
         wrong += count_wrong(&got, &want[u]);
     }
     Ok(wrong)
-}
-
-fn cpu_sweep(args: &BenchArgs, comm: &CpuCommunicator, pts: &[Point]) -> Result<Vec<Row>, String> {
-    let pb = progress(pts.len());
-    let mut rows = Vec::new();
-    for p in pts {
-        pb.set_message(format!("{} {} {}B", p.dtype.name(), p.op.name(), p.size));
-        let row =
-            with_elem!(p.dtype, T => cpu_point::<T>(args, comm, p)).map_err(|e| e.to_string())?;
-        pb.suspend(|| println!("{}", table::row(&row)));
-        rows.push(row);
-        pb.inc(1);
-    }
-    pb.finish_and_clear();
-    Ok(rows)
-}
-
-fn cpu_point<T: RsElement + FromSmall>(
-    args: &BenchArgs,
-    comm: &CpuCommunicator,
-    p: &Point,
-) -> ringreduce::Result<Row> {
-    let k = comm.k();
-    let n = p.count as usize;
-    let inputs: Vec<Vec<T>> = (0..k).map(|u| fill::<T>(p.op, k, u, n * k, 7)).collect();
-    let refs: Vec<&[T]> = inputs.iter().map(|v| v.as_slice()).collect();
-    let want = reference::reduce_scatter(&refs, comm.ring_order(), p.op);
-    let mut timed = [0.0f64; 2];
-    let mut wrong = [None, None];
-    for (pi, in_place) in [false, true].into_iter().enumerate() {
-        let send: Vec<HostBuffer<T>> = inputs.iter().map(|v| HostBuffer::from_slice(v)).collect();
-        let recv: Vec<HostBuffer<T>> = (0..k).map(|_| HostBuffer::zeroed(n)).collect();
-        let bufs: Vec<CpuBuffers<T>> = (0..k)
-            .map(|u| {
-                if in_place {
-                    CpuBuffers::in_place(send[u].as_view())
-                } else {
-                    CpuBuffers::out_of_place(send[u].as_view(), recv[u].as_view())
-                }
-            })
-            .collect();
-        if args.check {
-            // Check first: in place, later iterations reduce reduced data.
-            comm.reduce_scatter(&bufs, p.op)?;
-            comm.synchronize()?;
-            let mut w = 0;
-            for u in 0..k {
-                let got = if in_place {
-                    send[u].to_vec()[u * n..(u + 1) * n].to_vec()
-                } else {
-                    recv[u].to_vec()
-                };
-                w += count_wrong(&got, &want[u]);
-            }
-            wrong[pi] = Some(w);
-        }
-        for _ in 0..args.warmup {
-            comm.reduce_scatter(&bufs, p.op)?;
-        }
-        comm.synchronize()?;
-        let t0 = Instant::now();
-        for _ in 0..args.iters {
-            comm.reduce_scatter(&bufs, p.op)?;
-            if args.blocking {
-                comm.synchronize()?;
-            }
-        }
-        comm.synchronize()?;
-        timed[pi] = t0.elapsed().as_secs_f64() * 1e6 / args.iters.max(1) as f64;
-    }
-    Ok(Row {
-        size: p.size,
-        count: p.count,
-        dtype: p.dtype.name().into(),
-        op: p.op.name().into(),
-        root: -1,
-        out_of_place: perf(args.collective, k, p, timed[0], wrong[0], None),
-        in_place: perf(args.collective, k, p, timed[1], wrong[1], None),
-    })
 }
 
 #[cfg(test)]

@@ -29,8 +29,8 @@ fn fmt_perf(p: &Perf) -> String {
     )
 }
 
-fn fmt_ratio(p: &Perf) -> String {
-    match p.busbw_vs_ceiling {
+fn fmt_ratio(r: Option<f64>) -> String {
+    match r {
         Some(r) => format!("{r:6.3}"),
         None => format!("{:>6}", "-"),
     }
@@ -42,15 +42,15 @@ pub fn header(ceiling: &str) -> String {
     let mut s = String::new();
     writeln!(
         s,
-        "#{:>62}{:>35}{:>20}",
-        "out-of-place", "in-place", "busbw / ceiling"
+        "#{:>62}{:>35}{:>20}{:>22}",
+        "out-of-place", "in-place", "busbw / ceiling", "vs device copy"
     )
     .unwrap();
     writeln!(
         s,
-        "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>6}  {:>6}",
+        "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>6}  {:>6}  {:>4}  {:>6}  {:>6}",
         "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
-        "busbw", "#wrong", "oop", "ip"
+        "busbw", "#wrong", "oop", "ip", "C", "oop", "ip"
     )
     .unwrap();
     writeln!(
@@ -62,9 +62,11 @@ pub fn header(ceiling: &str) -> String {
     s
 }
 
+/// nccl-tests' columns, then each placement's busbw over the ceiling, the
+/// channels, and each placement's ratio to the device-wide copy.
 pub fn row(r: &Row) -> String {
     format!(
-        "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}{}{}  {}  {}",
+        "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}{}{}  {}  {}  {:>4}  {}  {}",
         r.size,
         r.count,
         r.dtype,
@@ -72,8 +74,11 @@ pub fn row(r: &Row) -> String {
         r.root,
         fmt_perf(&r.out_of_place),
         fmt_perf(&r.in_place),
-        fmt_ratio(&r.out_of_place),
-        fmt_ratio(&r.in_place)
+        fmt_ratio(r.out_of_place.busbw_vs_ceiling),
+        fmt_ratio(r.in_place.busbw_vs_ceiling),
+        r.channels,
+        fmt_ratio(r.out_of_place.vs_device_copy),
+        fmt_ratio(r.in_place.vs_device_copy)
     )
 }
 
@@ -86,7 +91,7 @@ pub fn ceilings(c: &Ceilings) -> String {
          #   flag ping-pong (RTT) : {:9.2} us\n",
         c.device_copy_gbps,
         c.block_copy_gbps,
-        ringreduce::kernels::plan::BLOCK_THREADS,
+        ringreduce::kernels::abi::BLOCK_THREADS,
         c.block_reduce_gbps,
         c.pingpong_rtt_us
     )
@@ -125,7 +130,7 @@ pub fn preamble(r: &Report) -> String {
     let mut s = String::new();
     writeln!(
         s,
-        "# ringreduce {} {}: nRanks {} iters {} warmup {} blocking {} buffsize {} prefetch {} ring {:?}",
+        "# ringreduce {} {}: nRanks {} iters {} warmup {} blocking {} buffsize {} channels {} prefetch {} ring {:?}",
         r.version,
         r.collective,
         r.ranks,
@@ -133,6 +138,7 @@ pub fn preamble(r: &Report) -> String {
         r.warmup,
         r.blocking as u8,
         r.buffsize,
+        r.channels.map_or("auto".to_string(), |c| c.to_string()),
         r.prefetch_rounds,
         r.ring_order
     )
@@ -167,6 +173,7 @@ mod tests {
             busbw: b,
             wrong: Some(w),
             busbw_vs_ceiling: Some(r),
+            vs_device_copy: Some(r / 2.0),
         }
     }
 
@@ -176,6 +183,8 @@ mod tests {
     fn golden_rows_and_footer() {
         let rows = vec![
             Row {
+                collective: "reduce_scatter".into(),
+                channels: 1,
                 size: 8,
                 count: 0,
                 dtype: "float".into(),
@@ -185,6 +194,8 @@ mod tests {
                 in_place: perf(0.11, 0.0, 0.0, 0, 0.0),
             },
             Row {
+                collective: "reduce_scatter".into(),
+                channels: 12,
                 size: 268435456,
                 count: 16777216,
                 dtype: "float".into(),
@@ -197,11 +208,11 @@ mod tests {
         let got: Vec<String> = rows.iter().map(row).collect();
         assert_eq!(
             got[0],
-            "           8             0     float     sum      -1     0.12    0.00    0.00       0     0.11    0.00    0.00       0   0.000   0.000"
+            "           8             0     float     sum      -1     0.12    0.00    0.00       0     0.11    0.00    0.00       0   0.000   0.000     1   0.000   0.000"
         );
         assert_eq!(
             got[1],
-            "   268435456      16777216     float     sum      -1   2345.7  114.44   85.83       0    12346   21.74   16.31       3   0.715   0.136"
+            "   268435456      16777216     float     sum      -1   2345.7  114.44   85.83       0    12346   21.74   16.31       3   0.715   0.136    12   0.358   0.068"
         );
         assert_eq!(
             footer(&rows),

@@ -26,6 +26,10 @@ fn cpu_run_end_to_end() {
             "float,int8",
             "-o",
             "sum,avg",
+            "--collective",
+            "all",
+            "-C",
+            "2",
         ])
         .args(["-n", "2", "-w", "1", "--ring-order", "2,0,1", "--vs-nccl"])
         .arg("-J")
@@ -47,21 +51,31 @@ fn cpu_run_end_to_end() {
     assert!(stdout.contains("# Out of bounds values : 0 OK"));
     assert!(stdout.contains("# Avg bus bandwidth"));
     assert!(stdout.contains("--vs-nccl: skipped"));
-    // 3 sizes x 2 types x 2 ops rows, in the nccl-tests column layout.
+    // Per collective 3 sizes x 2 types x 2 ops rows (the all-gather has no
+    // op: 3 x 2), in the nccl-tests column layout and then ours.
     let rows: Vec<&str> = stdout
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .collect();
-    assert_eq!(rows.len(), 12, "{stdout}");
+    assert_eq!(rows.len(), 12 + 6 + 12, "{stdout}");
     for r in &rows {
-        assert_eq!(r.split_whitespace().count(), 15, "row: {r}");
+        assert_eq!(r.split_whitespace().count(), 18, "row: {r}");
+    }
+    for c in ["# reduce_scatter", "# all_gather", "# all_reduce"] {
+        assert!(stdout.contains(c), "no {c} table:\n{stdout}");
     }
     let report: Report = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report.schema, SCHEMA_VERSION);
     assert_eq!(report.execution, "cpu");
     assert_eq!(report.ranks, 3);
     assert_eq!(report.ring_order, vec![2, 0, 1]);
-    assert_eq!(report.rows.len(), 12);
+    assert_eq!(report.rows.len(), 30);
+    assert_eq!(report.collective, "all");
+    assert_eq!(report.channels, Some(2));
+    assert!(report.rows.iter().all(|r| r.channels == 2));
+    for c in ["reduce_scatter", "all_gather", "all_reduce"] {
+        assert!(report.rows.iter().any(|r| r.collective == c));
+    }
     assert_eq!(report.out_of_bounds, 0);
     assert!(report.command_line.iter().any(|a| a == "--cpu"));
     assert!(report
@@ -94,7 +108,7 @@ fn bad_arguments_fail_cleanly() {
 /// (bump SCHEMA_VERSION and update this list).
 #[test]
 fn json_schema_is_stable() {
-    let text = include_str!("../schema_v1_keys.txt");
+    let text = include_str!("../schema_v2_keys.txt");
     let want: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
     let r = Report {
         schema: SCHEMA_VERSION,
@@ -111,6 +125,7 @@ fn json_schema_is_stable() {
         warmup: 1,
         blocking: false,
         buffsize: 1,
+        channels: Some(2),
         ring_order: vec![0, 1],
         devices: vec![0, 0],
         prefetch_rounds: 0,
@@ -122,6 +137,8 @@ fn json_schema_is_stable() {
             copy_bytes: 1,
         }),
         rows: vec![ringreduce_bench::report::Row {
+            collective: "reduce_scatter".into(),
+            channels: 2,
             size: 8,
             count: 1,
             dtype: "float".into(),
@@ -133,6 +150,7 @@ fn json_schema_is_stable() {
                 busbw: 1.0,
                 wrong: Some(0),
                 busbw_vs_ceiling: None,
+                vs_device_copy: Some(0.25),
             },
             in_place: ringreduce_bench::report::Perf {
                 time_us: 1.0,
@@ -140,6 +158,7 @@ fn json_schema_is_stable() {
                 busbw: 1.0,
                 wrong: None,
                 busbw_vs_ceiling: Some(0.5),
+                vs_device_copy: None,
             },
         }],
         nccl_rows: vec![],

@@ -2,10 +2,12 @@
 //! GPU communicator and the CPU execution both implement, so that tests,
 //! benches and layers above (gradient synchronisation) are written once.
 
+use crate::config::CommConfig;
 use crate::cpu::{CpuBuffers, CpuCommunicator, HostBuffer};
 use crate::element::RsElement;
 use crate::error::{Error, Result};
 use crate::gpu::{Buffers, Communicator};
+use crate::planner::channels_for;
 use crate::ring::RingOrder;
 use cudarc::driver::CudaSlice;
 use ringreduce_kernels::{Collective, Op};
@@ -48,10 +50,30 @@ pub trait Collectives {
     fn k(&self) -> usize;
     /// The ring the collectives run on.
     fn ring_order(&self) -> &RingOrder;
+    /// The configuration it was created with.
+    fn config(&self) -> &CommConfig;
+    /// Channels each rank has; a call runs at most this many.
+    fn max_channels(&self) -> usize;
     /// A new buffer on rank `rank` holding `data`.
     fn upload<T: RsElement>(&self, rank: usize, data: &[T]) -> Result<Self::Buf<T>>;
-    /// The contents of a rank's buffer, once the work queued on it is done.
-    fn download<T: RsElement>(&self, rank: usize, buf: &Self::Buf<T>) -> Result<Vec<T>>;
+    /// Elements of a buffer.
+    fn len_of<T: RsElement>(buf: &Self::Buf<T>) -> usize;
+    /// Elements `at` of a rank's buffer, once the work queued on it is done.
+    fn read<T: RsElement>(
+        &self,
+        rank: usize,
+        buf: &Self::Buf<T>,
+        at: Range<usize>,
+    ) -> Result<Vec<T>>;
+    /// Overwrites a rank's buffer from element `at` on, after the work
+    /// queued on it.
+    fn write<T: RsElement>(
+        &self,
+        rank: usize,
+        buf: &mut Self::Buf<T>,
+        at: usize,
+        data: &[T],
+    ) -> Result<()>;
     /// Enqueues collective `c` (`op` is ignored by an all-gather).
     fn collective<T: RsElement>(
         &self,
@@ -65,6 +87,20 @@ pub trait Collectives {
     /// Makes every rank give up; every later call returns
     /// [`Error::Aborted`].
     fn abort(&self);
+
+    /// The channels a call of `c` with count `n` of `T` runs: the
+    /// configured number, or one chosen by size.
+    fn channels_for<T: RsElement>(&self, c: Collective, n: usize) -> usize {
+        let requested = self.config().channels.map(u64::from);
+        let size = std::mem::size_of::<T>() as u64;
+        let max = self.max_channels() as u64;
+        channels_for(c, self.k() as u64, n as u64, size, requested, max) as usize
+    }
+
+    /// All of a rank's buffer, once the work queued on it is done.
+    fn download<T: RsElement>(&self, rank: usize, buf: &Self::Buf<T>) -> Result<Vec<T>> {
+        self.read(rank, buf, 0..Self::len_of(buf))
+    }
 
     /// Each rank gets `op` over its block of everyone's input.
     fn reduce_scatter<T: RsElement>(
@@ -110,11 +146,37 @@ impl Collectives for Communicator {
     fn ring_order(&self) -> &RingOrder {
         Communicator::ring_order(self)
     }
+    fn config(&self) -> &CommConfig {
+        Communicator::config(self)
+    }
+    fn max_channels(&self) -> usize {
+        Communicator::max_channels(self)
+    }
     fn upload<T: RsElement>(&self, rank: usize, data: &[T]) -> Result<CudaSlice<T>> {
         Ok(self.streams()[rank].clone_htod(data)?)
     }
-    fn download<T: RsElement>(&self, rank: usize, buf: &CudaSlice<T>) -> Result<Vec<T>> {
-        Ok(self.streams()[rank].clone_dtoh(buf)?)
+    fn len_of<T: RsElement>(buf: &CudaSlice<T>) -> usize {
+        buf.len()
+    }
+    fn read<T: RsElement>(
+        &self,
+        rank: usize,
+        buf: &CudaSlice<T>,
+        at: Range<usize>,
+    ) -> Result<Vec<T>> {
+        check_range(rank, "buffer", &at, buf.len())?;
+        Ok(self.streams()[rank].clone_dtoh(&buf.slice(at))?)
+    }
+    fn write<T: RsElement>(
+        &self,
+        rank: usize,
+        buf: &mut CudaSlice<T>,
+        at: usize,
+        data: &[T],
+    ) -> Result<()> {
+        let r = at..at.saturating_add(data.len());
+        check_range(rank, "buffer", &r, buf.len())?;
+        Ok(self.streams()[rank].memcpy_htod(data, &mut buf.slice_mut(r))?)
     }
     fn collective<T: RsElement>(
         &self,
@@ -163,11 +225,38 @@ impl Collectives for CpuCommunicator {
     fn ring_order(&self) -> &RingOrder {
         CpuCommunicator::ring_order(self)
     }
+    fn config(&self) -> &CommConfig {
+        CpuCommunicator::config(self)
+    }
+    fn max_channels(&self) -> usize {
+        CpuCommunicator::max_channels(self)
+    }
     fn upload<T: RsElement>(&self, _rank: usize, data: &[T]) -> Result<HostBuffer<T>> {
         Ok(HostBuffer::from_slice(data))
     }
-    fn download<T: RsElement>(&self, _rank: usize, buf: &HostBuffer<T>) -> Result<Vec<T>> {
-        Ok(buf.to_vec())
+    fn len_of<T: RsElement>(buf: &HostBuffer<T>) -> usize {
+        buf.len()
+    }
+    fn read<T: RsElement>(
+        &self,
+        rank: usize,
+        buf: &HostBuffer<T>,
+        at: Range<usize>,
+    ) -> Result<Vec<T>> {
+        check_range(rank, "buffer", &at, buf.len())?;
+        Ok(buf.read(at))
+    }
+    fn write<T: RsElement>(
+        &self,
+        rank: usize,
+        buf: &mut HostBuffer<T>,
+        at: usize,
+        data: &[T],
+    ) -> Result<()> {
+        let r = at..at.saturating_add(data.len());
+        check_range(rank, "buffer", &r, buf.len())?;
+        buf.write(at, data);
+        Ok(())
     }
     fn collective<T: RsElement>(
         &self,

@@ -167,6 +167,24 @@ pub fn auto_channels(bytes: u64, max: u64) -> u64 {
     (bytes / MIN_BYTES_PER_CHANNEL).clamp(1, max.max(1))
 }
 
+/// The channels a call of collective `c` with count `n` of `size`-byte
+/// elements on `k` ranks runs: `requested`, or chosen by the input's size,
+/// at most `max`.
+pub fn channels_for(
+    c: Collective,
+    k: u64,
+    n: u64,
+    size: u64,
+    requested: Option<u64>,
+    max: u64,
+) -> u64 {
+    let max = max.clamp(1, MAX_CHANNELS as u64);
+    match requested {
+        Some(ch) => ch.clamp(1, max),
+        None => auto_channels(lengths(c, k, n).0.saturating_mul(size), max),
+    }
+}
+
 /// What a collective turns into.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Plan {
@@ -209,7 +227,7 @@ fn count_of(c: Collective, b: &BufferSpan) -> u64 {
 }
 
 /// The (send, recv) lengths a collective of count `n` needs.
-fn lengths(c: Collective, k: u64, n: u64) -> (u64, u64) {
+pub fn lengths(c: Collective, k: u64, n: u64) -> (u64, u64) {
     match c {
         Collective::ReduceScatter => (k * n, n),
         Collective::AllGather => (n, k * n),
@@ -374,11 +392,7 @@ pub fn plan(
             }
         });
     }
-    let max = opts.max_channels.clamp(1, MAX_CHANNELS as u64);
-    let channels = match opts.channels {
-        Some(ch) => ch.clamp(1, max),
-        None => auto_channels(lengths(c, k as u64, n).0 * sz, max),
-    };
+    let channels = channels_for(c, k as u64, n, sz, opts.channels, opts.max_channels);
     let geometry = Geometry::new(c, k as u64, n, sz, sizing.tile_elems, channels);
     let works = (0..k)
         .map(|u| {

@@ -120,10 +120,23 @@ impl<T: RsElement> HostBuffer<T> {
 
     /// Copies the contents out, after every collective using it finished.
     pub fn to_vec(&self) -> Vec<T> {
+        self.read(0..self.len)
+    }
+
+    /// Copies elements `range` out, after every collective using the
+    /// buffer finished. Panics if the range does not fit, like slicing.
+    pub fn read(&self, range: Range<usize>) -> Vec<T> {
+        assert!(
+            range.start <= range.end && range.end <= self.len,
+            "read out of bounds"
+        );
         self.mem.wait_idle();
-        // SAFETY: no collective uses the memory; it holds `len` initialised
-        // (zeroed or written) Pod elements.
-        unsafe { std::slice::from_raw_parts(self.mem.ptr as *const T, self.len).to_vec() }
+        // SAFETY: in bounds, no collective uses the memory, and it holds
+        // initialised (zeroed or written) Pod elements.
+        unsafe {
+            std::slice::from_raw_parts((self.mem.ptr as *const T).add(range.start), range.len())
+                .to_vec()
+        }
     }
 
     /// Overwrites elements from `offset`, after every collective using the

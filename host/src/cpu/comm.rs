@@ -221,6 +221,11 @@ impl CpuCommunicator {
         &self.inner.state.config
     }
 
+    /// Channels each rank has; a call uses at most this many.
+    pub fn max_channels(&self) -> usize {
+        self.inner.state.max_channels
+    }
+
     fn check_broken(&self) -> Result<()> {
         self.inner.state.check(&self.status_records())
     }

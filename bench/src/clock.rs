@@ -1,0 +1,54 @@
+//! How a sweep times a backend's collectives: CUDA events on the GPU
+//! communicator's streams (nccl-tests' timing), the host clock on the CPU
+//! execution.
+
+use cudarc::driver::{sys, CudaEvent};
+use ringreduce::{Collectives, Communicator, CpuCommunicator, Result};
+use std::time::Instant;
+
+/// A backend whose queued work can be timed.
+pub trait Clock: Collectives {
+    /// A point in every rank's queue.
+    type Mark;
+    /// Marks the point after everything queued so far on every rank; work
+    /// queued later starts after it.
+    fn mark(&self) -> Result<Self::Mark>;
+    /// Microseconds between two marks, once the later one is reached.
+    fn elapsed_us(&self, from: &Self::Mark, to: &Self::Mark) -> Result<f64>;
+}
+
+impl Clock for Communicator {
+    type Mark = CudaEvent;
+
+    /// Joins every rank's stream into rank 0's, records a timing event
+    /// there, and makes every other stream wait for it.
+    fn mark(&self) -> Result<CudaEvent> {
+        let streams = self.streams();
+        for s in &streams[1..] {
+            streams[0].wait(&s.record_event(None)?)?;
+        }
+        let e = streams[0].record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+        for s in &streams[1..] {
+            s.wait(&e)?;
+        }
+        Ok(e)
+    }
+
+    fn elapsed_us(&self, from: &CudaEvent, to: &CudaEvent) -> Result<f64> {
+        to.synchronize()?;
+        Ok(from.elapsed_ms(to)? as f64 * 1e3)
+    }
+}
+
+impl Clock for CpuCommunicator {
+    type Mark = Instant;
+
+    fn mark(&self) -> Result<Instant> {
+        self.synchronize()?;
+        Ok(Instant::now())
+    }
+
+    fn elapsed_us(&self, from: &Instant, to: &Instant) -> Result<f64> {
+        Ok(to.duration_since(*from).as_secs_f64() * 1e6)
+    }
+}
