@@ -499,13 +499,13 @@ fn check<C: Collectives, T: RsElement + FromSmall>(
     let refs: Vec<&[T]> = inputs.iter().map(|v| v.as_slice()).collect();
     let want = reference::collective(c, &refs, comm.ring_order(), op);
     let mut wrong = 0;
-    for u in 0..k {
+    for (u, want) in want.iter().enumerate() {
         let got = match (in_place, c) {
             (true, Collective::ReduceScatter) => comm.read(u, &bufs.send[u], u * n..(u + 1) * n)?,
             (true, Collective::AllReduce) => comm.read(u, &bufs.send[u], 0..n)?,
             _ => comm.read(u, &bufs.recv[u], 0..recv_len)?,
         };
-        wrong += count_wrong(&got, &want[u]);
+        wrong += count_wrong(&got, want);
     }
     Ok(wrong)
 }

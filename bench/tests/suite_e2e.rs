@@ -56,26 +56,26 @@ fn statuses(s: &serde_json::Value) -> Vec<(String, String)> {
 fn a_sweep_passes_and_the_sanitizer_skips_on_the_cpu() {
     let bins = bench_only_bundle("bins");
     let out = tmp("out");
-    let (o, s) = suite(&bins, &out, &["--only", "sanitize,bench-rs-k4-256M"]);
+    let (o, s) = suite(&bins, &out, &["--only", "sanitize,bench-k4-256M-C1"]);
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{stdout}");
     assert_eq!(
         statuses(&s),
         [
             ("sanitize".to_string(), "skipped".to_string()),
-            ("bench-rs-k4-256M".to_string(), "pass".to_string())
+            ("bench-k4-256M-C1".to_string(), "pass".to_string())
         ]
     );
     assert_eq!(s["execution"], "cpu");
     for f in [
-        "bench-rs-k4-256M.json",
-        "bench-rs-k4-256M.png",
+        "bench-k4-256M-C1.json",
+        "bench-k4-256M-C1.png",
         "summary.md",
     ] {
         assert!(out.join(f).is_file(), "{f} missing");
     }
     assert!(
-        stdout.contains("| bench-rs-k4-256M | pass | busbw "),
+        stdout.contains("| bench-k4-256M-C1 | pass | at 64 KiB: reduce_scatter "),
         "{stdout}"
     );
 }
@@ -132,7 +132,7 @@ fn help_documents_every_part() {
         "sanitize",
         "soak-k4",
         "soak-k8",
-        "bench-rs-k4-8B-1G",
+        "bench-sweep-k8-auto",
         "--budget",
         "--only",
     ] {

@@ -361,15 +361,17 @@ pub fn plan(
     let n = validate(c, bufs, k, dtype)?;
     let sz = dtype.size();
     let blocks = Geometry::new(c, k as u64, n, sz, 1, 1);
-    // The buffer that holds every block, and the one that holds the own.
-    let (strided, own): (fn(&BufferSpan) -> u64, fn(&BufferSpan) -> u64) = match c {
-        Collective::AllGather => (|b| b.recv, |b| b.send),
-        _ => (|b| b.send, |b| b.recv),
+    // Each rank's buffer that holds every block, and the one that holds
+    // its own block.
+    let strided_and_own = |b: &BufferSpan| match c {
+        Collective::AllGather => (b.recv, b.send),
+        _ => (b.send, b.recv),
     };
     let residue = common_residue(
-        bufs.iter()
-            .enumerate()
-            .map(|(u, b)| (u as u64, strided(b), own(b))),
+        bufs.iter().enumerate().map(|(u, b)| {
+            let (strided, own) = strided_and_own(b);
+            (u as u64, strided, own)
+        }),
         blocks.block_elems,
         sz,
     );

@@ -49,6 +49,7 @@ fn check_share(
     Ok(covered)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn check_plan(
     coll: Collective,
     k: u64,

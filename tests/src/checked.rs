@@ -88,7 +88,7 @@ fn layout<T: Gen>(spec: &Spec<T>, ring: &RingOrder, seed: u64) -> Layout<T> {
     };
     let poisoned =
         |rng: &mut Rng, len: usize| -> Vec<T> { (0..len).map(|_| T::gen(rng)).collect() };
-    for u in 0..k {
+    for (u, want) in want.iter().enumerate() {
         let so = spec.send_off[u];
         if spec.in_place {
             let (len, at) = in_place_layout(c, k, n, u);
@@ -96,7 +96,7 @@ fn layout<T: Gen>(spec: &Spec<T>, ring: &RingOrder, seed: u64) -> Layout<T> {
             s[so + at..so + at + send_len].copy_from_slice(&spec.inputs[u]);
             let mut sw = s.clone();
             let out = so + in_place_output(c, n, u);
-            sw[out..out + recv_len].copy_from_slice(&want[u]);
+            sw[out..out + recv_len].copy_from_slice(want);
             l.send_init.push(s);
             l.send_want.push(sw);
             l.recv_init.push(vec![]);
@@ -107,7 +107,7 @@ fn layout<T: Gen>(spec: &Spec<T>, ring: &RingOrder, seed: u64) -> Layout<T> {
             let ro = spec.recv_off[u];
             let r = poisoned(&mut rng, ro + recv_len + GUARD);
             let mut rw = r.clone();
-            rw[ro..ro + recv_len].copy_from_slice(&want[u]);
+            rw[ro..ro + recv_len].copy_from_slice(want);
             l.send_want.push(s.clone());
             l.send_init.push(s);
             l.recv_init.push(r);

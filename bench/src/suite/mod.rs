@@ -257,7 +257,7 @@ mod tests {
         assert!(names(&b)
             .iter()
             .all(|n| !n.starts_with("bench") && *n != "sanitize"));
-        assert_eq!(b.len(), all - 6);
+        assert_eq!(b.len(), all - 10);
         // "soak-k" is no part name nor a dash-separated prefix.
         assert!(choose(&v(&["soak-k"]), &[]).is_err());
         assert!(choose(&[], &v(&["nope"])).is_err_and(|e| e.contains("tests")));

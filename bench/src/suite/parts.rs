@@ -105,51 +105,75 @@ pub fn all() -> Vec<Part> {
             job: Job::Sanitize,
         },
         sweep(
-            "bench-rs-k4-256M",
-            "the headline: reduce-scatter, k = 4, f32 sum, 256 MiB per rank, 2 MiB staging",
-            "-g 4 -d float -o sum --buffsize 2M",
+            "bench-k4-256M-C1",
+            "the one-channel floor: all three collectives, k = 4, f32 sum, 256 MiB, 2 MiB staging, C = 1",
+            "-g 4 -d float -o sum --buffsize 2M -C 1 --collective all",
             "-b 256M -e 256M -n 10 -w 3",
             "-b 64K -e 64K -n 2 -w 1",
-            20,
+            40,
         ),
         sweep(
-            "bench-rs-k2-256M",
-            "reduce-scatter, k = 2, f32 sum, 256 MiB per rank",
-            "-g 2 -d float -o sum --buffsize 2M",
-            "-b 256M -e 256M -n 10 -w 3",
+            "bench-k8-1G",
+            "the channel target: all three collectives, k = 8, f32 sum, 1 GiB, automatic channels",
+            "-g 8 -d float -o sum --collective all",
+            "-b 1G -e 1G -n 10 -w 3",
             "-b 64K -e 64K -n 2 -w 1",
-            15,
-        ),
-        sweep(
-            "bench-rs-k8-256M",
-            "reduce-scatter, k = 8, f32 sum, 256 MiB per rank",
-            "-g 8 -d float -o sum --buffsize 2M",
-            "-b 256M -e 256M -n 10 -w 3",
-            "-b 64K -e 64K -n 2 -w 1",
-            25,
+            90,
         ),
         Part {
             name: "soak-k4",
-            about: "10,000 mixed reduce-scatters (types, ops, counts to 2^22, in place, 3 stream sets) at k = 4, checked every 500; 300 at small counts on the CPU execution",
-            est_s: (50, 5),
+            about: "10,000 mixed collectives (all three kinds, types, ops, counts to 2^22, in place, 3 stream sets) at k = 4, checked every 500; 300 at small counts on the CPU execution",
+            est_s: (60, 5),
             cap_s: 900,
             job: Job::Soak(4),
         },
         sweep(
-            "bench-rs-k4-8B-1G",
-            "reduce-scatter size sweep, k = 4, f32 sum, 8 B to 1 GiB per rank, factor 4",
-            "-g 4 -d float -o sum -f 4",
-            "-b 8 -e 1G -n 10 -w 3",
+            "bench-sweep-k4-auto",
+            "size sweep of all three collectives, k = 4, f32 sum, 8 B to 1 GiB, factor 4, automatic channels",
+            "-g 4 -d float -o sum -f 4 --collective all",
+            "-b 8 -e 1G -n 5 -w 2",
+            "-b 8 -e 512K -n 2 -w 1",
+            150,
+        ),
+        sweep(
+            "bench-sweep-k4-C1",
+            "the same sweep with one channel",
+            "-g 4 -d float -o sum -f 4 --collective all -C 1",
+            "-b 8 -e 1G -n 5 -w 2",
+            "-b 8 -e 512K -n 2 -w 1",
+            200,
+        ),
+        sweep(
+            "bench-sweep-k8-auto",
+            "size sweep, k = 8, automatic channels",
+            "-g 8 -d float -o sum -f 4 --collective all",
+            "-b 8 -e 1G -n 5 -w 2",
+            "-b 8 -e 512K -n 2 -w 1",
+            200,
+        ),
+        sweep(
+            "bench-sweep-k8-C1",
+            "size sweep, k = 8, one channel",
+            "-g 8 -d float -o sum -f 4 --collective all -C 1",
+            "-b 8 -e 1G -n 5 -w 2",
+            "-b 8 -e 512K -n 2 -w 1",
+            250,
+        ),
+        sweep(
+            "bench-sweep-k2-auto",
+            "size sweep, k = 2, automatic channels",
+            "-g 2 -d float -o sum -f 4 --collective all",
+            "-b 8 -e 1G -n 5 -w 2",
             "-b 8 -e 512K -n 2 -w 1",
             120,
         ),
         sweep(
-            "bench-rs-k4-all-64M",
-            "every type and op, k = 4, 64 MiB per rank",
-            "-g 4 -d all -o all",
-            "-b 64M -e 64M -n 3 -w 1",
-            "-b 4K -e 4K -n 1 -w 1",
-            90,
+            "bench-sweep-k2-C1",
+            "size sweep, k = 2, one channel",
+            "-g 2 -d float -o sum -f 4 --collective all -C 1",
+            "-b 8 -e 1G -n 5 -w 2",
+            "-b 8 -e 512K -n 2 -w 1",
+            150,
         ),
         Part {
             name: "soak-k8",
@@ -158,6 +182,14 @@ pub fn all() -> Vec<Part> {
             cap_s: 900,
             job: Job::Soak(8),
         },
+        sweep(
+            "bench-k4-all-64M",
+            "every collective, type and op, k = 4, 64 MiB",
+            "-g 4 -d all -o all --collective all",
+            "-b 64M -e 64M -n 3 -w 1",
+            "-b 4K -e 4K -n 1 -w 1",
+            150,
+        ),
     ]
 }
 
@@ -431,26 +463,43 @@ pub fn judge_sweep(ended: &Ended, report: Option<&Report>, cpu: bool) -> (Status
     if wrong > 0 {
         return (Status::Fail, format!("{wrong} wrong values"));
     }
-    let Some(last) = r.rows.iter().max_by_key(|row| row.size) else {
+    let Some(last) = r.rows.iter().map(|row| row.size).max() else {
         return (Status::Fail, "no rows".into());
     };
-    let types = r.rows.iter().filter(|row| row.size == last.size).count();
-    let f = if types > 1 {
+    let top: Vec<&crate::report::Row> = r.rows.iter().filter(|row| row.size == last).collect();
+    let collectives = top
+        .iter()
+        .map(|row| &row.collective)
+        .collect::<std::collections::BTreeSet<_>>();
+    let f = if top.len() > collectives.len() {
         format!(
             "{} rows, 0 wrong; avg busbw {:.2} GB/s",
             r.rows.len(),
             r.avg_busbw
         )
     } else {
-        let p = &last.out_of_place;
-        let ratio = p
-            .busbw_vs_ceiling
-            .map(|v| format!(" = {v:.3} x single-block copy"))
-            .unwrap_or_default();
+        // One row per collective at the largest size: its busbw and ratios.
+        let each: Vec<String> = top
+            .iter()
+            .map(|row| {
+                let p = &row.out_of_place;
+                let ratio = |v: Option<f64>, what: &str| {
+                    v.map(|v| format!(", {v:.3} x {what}")).unwrap_or_default()
+                };
+                format!(
+                    "{} {:.2} GB/s (C={}{}{})",
+                    row.collective,
+                    p.busbw,
+                    row.channels,
+                    ratio(p.busbw_vs_ceiling, "1-block copy"),
+                    ratio(p.vs_device_copy, "device copy")
+                )
+            })
+            .collect();
         format!(
-            "busbw {:.2} GB/s{ratio} at {}; {} rows, 0 wrong",
-            p.busbw,
-            crate::sizes::human(last.size),
+            "at {}: {}; {} rows, 0 wrong",
+            crate::sizes::human(last),
+            each.join("; "),
             r.rows.len()
         )
     };
