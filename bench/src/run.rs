@@ -400,11 +400,10 @@ fn type_sweep<C: Clock, T: RsElement + FromSmall>(
         send: Vec::with_capacity(k),
         recv: Vec::with_capacity(k),
     };
-    for u in 0..k {
-        // Never time on zeros: start from the exact-check data.
-        let data = fill::<T>(Op::Sum, k, u, cap, 1);
-        bufs.send.push(comm.upload(u, &data)?);
-        bufs.recv.push(comm.upload(u, &data)?);
+    // Never time on zeros: start from the exact-check data.
+    for (u, data) in fill_all::<T>(Op::Sum, k, cap, 1).iter().enumerate() {
+        bufs.send.push(comm.upload(u, data)?);
+        bufs.recv.push(comm.upload(u, data)?);
     }
     let mut rows = Vec::new();
     for p in pts {
@@ -460,6 +459,19 @@ fn type_sweep<C: Clock, T: RsElement + FromSmall>(
     Ok(rows)
 }
 
+/// Every rank's exact-check data, one thread per rank: at 1 GiB per rank
+/// filling is what a sweep's large sizes wait for.
+fn fill_all<T: RsElement + FromSmall>(op: Op, k: usize, len: usize, seed: u64) -> Vec<Vec<T>> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..k)
+            .map(|u| s.spawn(move || fill::<T>(op, k, u, len, seed)))
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("fill thread"))
+            .collect()
+    })
+}
+
 fn count_wrong<T: bytemuck::Pod>(got: &[T], want: &[T]) -> u64 {
     got.iter()
         .zip(want)
@@ -485,7 +497,7 @@ fn check<C: Collectives, T: RsElement + FromSmall>(
     }
     let (sl, rl) = ringreduce::internals::lengths(c, k as u64, n as u64);
     let (send_len, recv_len) = (sl as usize, rl as usize);
-    let inputs: Vec<Vec<T>> = (0..k).map(|u| fill::<T>(op, k, u, send_len, 7)).collect();
+    let inputs = fill_all::<T>(op, k, send_len, 7);
     for (u, input) in inputs.iter().enumerate() {
         // In place, an all-gather's input is its own block of `recv`.
         if in_place && c == Collective::AllGather {

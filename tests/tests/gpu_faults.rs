@@ -5,7 +5,7 @@
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use ringreduce::{
     Buffers, Collective, Collectives, CommConfig, Communicator, CpuCommunicator, DataType, Error,
-    Op, RawBuffers, Region,
+    Op, RawBuffers, Region, WaitKind,
 };
 use ringreduce_tests::cases::{Case, Offsets};
 use ringreduce_tests::checked::lengths;
@@ -259,9 +259,14 @@ fn missing_rank(dev: usize, c: Collective) {
             assert!(matches!(e, Some(Error::Timeout(_))), "rank {u}: {e:?}");
         }
     }
-    for u in [pred, succ] {
-        assert!(matches!(&comm.rank_errors()[u], Some(Error::Timeout(t)) if t.peer == missing));
-    }
+    // The successor waits for the missing rank's data. The predecessor
+    // stalls on its full staging ring or, sooner, on data from upstream,
+    // which itself waits on the missing rank.
+    assert!(matches!(&comm.rank_errors()[succ], Some(Error::Timeout(t)) if t.peer == missing));
+    assert!(matches!(
+        &comm.rank_errors()[pred],
+        Some(Error::Timeout(t)) if (t.peer == missing) == (t.waiting_for == WaitKind::SlotFree)
+    ));
     assert!(matches!(comm.synchronize(), Err(Error::Broken(_))));
 }
 

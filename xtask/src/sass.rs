@@ -18,7 +18,7 @@ pub fn cmd_sass(root: &Path, args: Vec<String>) {
     }
     if entries.is_empty() {
         entries = vec![
-            "ringreduce_rs_float_sum".into(),
+            "ringreduce_float_sum".into(),
             "ringreduce_reduce_block".into(),
         ];
     }
