@@ -59,9 +59,11 @@ pub struct BenchArgs {
     /// Blocking: synchronise after every collective (0/1).
     #[arg(short = 'z', long = "blocking", default_value = "0", value_parser = bool01, action = clap::ArgAction::Set)]
     pub blocking: bool,
-    /// Staging buffer per channel.
-    #[arg(long = "buffsize", default_value = "2M", value_parser = size_arg)]
-    pub buffsize: u64,
+    /// Staging buffer per channel; by default the library's choice (an
+    /// equal share of 64 MiB for every block resident on the GPU, at most
+    /// 2M).
+    #[arg(long = "buffsize", value_parser = size_arg)]
+    pub buffsize: Option<u64>,
     /// Channels (blocks) per rank; automatic when not given.
     #[arg(short = 'C', long = "channels")]
     pub channels: Option<u32>,
@@ -190,7 +192,7 @@ mod tests {
             (a.iters, a.warmup, a.check, a.blocking),
             (7, 2, false, true)
         );
-        assert_eq!(a.buffsize, 4 << 20);
+        assert_eq!(a.buffsize, Some(4 << 20));
         assert_eq!(a.ring_order, Some(vec![1, 2, 0, 3]));
         assert_eq!(a.channels, Some(3));
         assert_eq!(a.collective, CollectiveArg::All);

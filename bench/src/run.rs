@@ -155,9 +155,10 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
     let pts = points(args, &sizes)?;
     let ring =
         RingOrder::for_ranks(args.ring_order.as_deref(), args.ranks).map_err(|e| e.to_string())?;
-    let mut config = CommConfig::default()
-        .buffer_bytes(args.buffsize)
-        .watchdog(!args.no_watchdog);
+    let mut config = CommConfig::default().watchdog(!args.no_watchdog);
+    if let Some(b) = args.buffsize {
+        config = config.buffer_bytes(b);
+    }
     if let Some(r) = args.prefetch {
         config = config.prefetch_rounds(r);
     }
@@ -183,7 +184,7 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         iters: args.iters,
         warmup: args.warmup,
         blocking: args.blocking,
-        buffsize: args.buffsize,
+        buffsize: 0,
         channels: args.channels,
         ring_order: ring.user_from_ring().to_vec(),
         devices: vec![],
@@ -208,6 +209,7 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         let devices = placement(args.ranks, *gpus.as_ref().unwrap_or(&1));
         let comm = Communicator::with_placement(&devices, config).map_err(|e| e.to_string())?;
         report.ring_order = comm.ring_order().user_from_ring().to_vec();
+        report.buffsize = comm.staging_bytes();
         let ranks_here = devices.iter().filter(|&&d| d == devices[0]).count();
         report.devices = devices;
         print!("{}", table::preamble(&report));
@@ -220,8 +222,9 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         report.rows = sweep_all(args, &comm, &pts, judge, "1-block copy")?;
         report.ceilings = Some(c);
     } else {
-        print!("{}", table::preamble(&report));
         let comm = CpuCommunicator::with_config(args.ranks, config).map_err(|e| e.to_string())?;
+        report.buffsize = comm.staging_bytes();
+        print!("{}", table::preamble(&report));
         let judge = Judge {
             ceilings: None,
             busbw_ceiling: None,

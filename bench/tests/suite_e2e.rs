@@ -75,7 +75,7 @@ fn a_sweep_passes_and_the_sanitizer_skips_on_the_cpu() {
         assert!(out.join(f).is_file(), "{f} missing");
     }
     assert!(
-        stdout.contains("| bench-k4-256M-C1 | pass | at 64 KiB: reduce_scatter "),
+        stdout.contains("| bench-k4-256M-C1 | pass | at 64K: reduce_scatter "),
         "{stdout}"
     );
 }
@@ -102,7 +102,7 @@ fn a_spent_budget_runs_nothing_and_says_so() {
     );
     assert!(o.status.success());
     let st = statuses(&s);
-    assert_eq!(st.len(), 8);
+    assert_eq!(st.len(), 12);
     assert!(st.iter().all(|(_, s)| s == "not-run"), "{st:?}");
     assert_eq!(s["budget_s"], 0);
 }

@@ -16,6 +16,8 @@ pub(crate) struct CommState {
     pub config: CommConfig,
     /// Channels every rank has (and status records per rank).
     pub max_channels: usize,
+    /// Staging bytes per channel.
+    pub staging_bytes: u64,
     broken: Mutex<Option<Error>>,
     /// Set by `abort()`: from then on every call reports `Aborted`, so a
     /// collective enqueued after the abort never runs, whatever the kernels
@@ -25,11 +27,17 @@ pub(crate) struct CommState {
 }
 
 impl CommState {
-    pub fn new(ring: RingOrder, config: CommConfig, max_channels: usize) -> Self {
+    pub fn new(
+        ring: RingOrder,
+        config: CommConfig,
+        max_channels: usize,
+        staging_bytes: u64,
+    ) -> Self {
         CommState {
             ring,
             config,
             max_channels,
+            staging_bytes,
             broken: Mutex::new(None),
             aborted: AtomicBool::new(false),
             hooks: Mutex::new(TestHooks::default()),
@@ -93,14 +101,14 @@ impl CommState {
             abort_flag: if self.config.watchdog { abort_word } else { 0 },
             timeout_ns: self.config.timeout_ns(),
             system_scope,
-            staging_bytes: self.config.buffer_bytes,
+            staging_bytes: self.staging_bytes,
         }
     }
 
     /// The settings of the next call, for `threads` producer lanes.
     pub fn call_opts(&self, threads: u64) -> CallOpts {
         CallOpts {
-            buffer_bytes: self.config.buffer_bytes,
+            buffer_bytes: self.staging_bytes,
             threads,
             channels: self.config.channels.map(|c| c as u64),
             max_channels: self.max_channels as u64,

@@ -10,6 +10,7 @@ use crate::ring::RingOrder;
 use crate::state::CommState;
 use ringreduce_kernels::abi::{Collective, RankConn, Work, CPU_THREADS, MAX_CHANNELS};
 use ringreduce_kernels::engine;
+use ringreduce_kernels::plan::DEFAULT_BUFFER_BYTES;
 use ringreduce_kernels::{Avg, Element, Max, Min, Op, Prod, ReduceOp, StatusRecord, Sum};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
@@ -127,12 +128,8 @@ impl CpuCommunicator {
         }
         let ring = RingOrder::for_ranks(config.ring_order.as_deref(), k)?;
         // Fail early on a staging buffer that cannot hold even one slice.
-        crate::planner::sizing(
-            ringreduce_kernels::DataType::U8,
-            config.buffer_bytes,
-            CPU_THREADS,
-            true,
-        )?;
+        let staging = config.buffer_bytes.unwrap_or(DEFAULT_BUFFER_BYTES);
+        crate::planner::sizing(ringreduce_kernels::DataType::U8, staging, CPU_THREADS, true)?;
         let channels = match config.channels {
             Some(c) if c == 0 || c as usize > MAX_CHANNELS => {
                 return Err(Error::TooManyChannels {
@@ -148,7 +145,7 @@ impl CpuCommunicator {
             .map(|_| CpuRank {
                 channels: (0..channels)
                     .map(|_| CpuChannel {
-                        staging: HostMem::new(config.buffer_bytes as usize),
+                        staging: HostMem::new(staging as usize),
                         flags: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
                         status: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
                     })
@@ -174,7 +171,7 @@ impl CpuCommunicator {
                     .collect(),
             })
             .collect();
-        let state = CommState::new(ring, config, channels);
+        let state = CommState::new(ring, config, channels, staging);
         let conns = connect(
             &state.ring,
             &wiring,
@@ -224,6 +221,11 @@ impl CpuCommunicator {
     /// Channels each rank has; a call uses at most this many.
     pub fn max_channels(&self) -> usize {
         self.inner.state.max_channels
+    }
+
+    /// Staging bytes per channel.
+    pub fn staging_bytes(&self) -> u64 {
+        self.inner.state.staging_bytes
     }
 
     fn check_broken(&self) -> Result<()> {

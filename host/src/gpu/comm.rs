@@ -140,6 +140,11 @@ impl Communicator {
         self.inner.state.max_channels
     }
 
+    /// Staging bytes per channel (see [`CommConfig::buffer_bytes`]).
+    pub fn staging_bytes(&self) -> u64 {
+        self.inner.state.staging_bytes
+    }
+
     fn status_records(&self) -> Vec<StatusRecord> {
         (0..self.k() * self.inner.state.max_channels)
             .map(|r| {

@@ -60,7 +60,9 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
     }
     // Validated before any device is opened; kept when the config names it.
     let given = RingOrder::for_ranks(config.ring_order.as_deref(), k)?;
-    crate::planner::sizing(DataType::U8, config.buffer_bytes, GPU_THREADS, true)?;
+    if let Some(b) = config.buffer_bytes {
+        crate::planner::sizing(DataType::U8, b, GPU_THREADS, true)?;
+    }
     let mut ctxs: BTreeMap<usize, Arc<CudaContext>> = BTreeMap::new();
     for &d in devices {
         if let Entry::Vacant(e) = ctxs.entry(d) {
@@ -70,15 +72,17 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
     let ring = ring_for(devices, &ctxs, &config, given)?;
     let mut kernels_of = HashMap::new();
     let mut max_channels = MAX_CHANNELS;
+    let mut most_here = 1;
     for (&d, ctx) in &ctxs {
         let kernels = Arc::new(Kernels::load(ctx)?);
         let here = devices.iter().filter(|&&x| x == d).count();
         max_channels = max_channels.min(channels_that_fit(ctx, &kernels, here, &config)?);
+        most_here = most_here.max(here);
         kernels_of.insert(d, kernels);
     }
     let ufr = ring.user_from_ring();
     let table: Vec<u8> = ufr.iter().flat_map(|u| u.to_ne_bytes()).collect();
-    let buffer = config.buffer_bytes;
+    let buffer = config.gpu_staging_bytes(most_here * max_channels);
     let mut ranks = Vec::with_capacity(k);
     for &d in devices {
         let ctx = &ctxs[&d];
@@ -115,7 +119,7 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
         })
         .collect();
     let spans = ctxs.len() > 1;
-    let state = CommState::new(ring, config, max_channels);
+    let state = CommState::new(ring, config, max_channels, buffer);
     let conns = connect(&state.ring, &wiring, state.statics(host.device, spans));
     for (r, c) in ranks.iter().zip(&conns) {
         // SAFETY: `RankConn` is plain `repr(C)` data and the allocation
