@@ -94,8 +94,10 @@ impl CommConfig {
     /// [`DEFAULT_BUFFER_BYTES`].
     pub fn gpu_staging_bytes(&self, blocks: usize) -> u64 {
         self.buffer_bytes.unwrap_or_else(|| {
+            // Whole 4 KiB pages, and at least the smallest buffer that works.
             let floor = ringreduce_kernels::plan::min_buffer_bytes(GPU_THREADS);
-            (GPU_STAGING_BUDGET / blocks.max(1) as u64).clamp(floor, DEFAULT_BUFFER_BYTES)
+            let share = GPU_STAGING_BUDGET / blocks.max(1) as u64 / 4096 * 4096;
+            share.clamp(floor, DEFAULT_BUFFER_BYTES)
         })
     }
 
@@ -170,6 +172,8 @@ mod tests {
         let c = CommConfig::default();
         assert_eq!(c.gpu_staging_bytes(128), 512 << 10);
         assert_eq!(c.gpu_staging_bytes(8), DEFAULT_BUFFER_BYTES);
+        // 96 blocks: 699,050 bytes, rounded down to whole pages.
+        assert_eq!(c.gpu_staging_bytes(96), 696_320);
         let floor = ringreduce_kernels::plan::min_buffer_bytes(GPU_THREADS);
         assert_eq!(c.gpu_staging_bytes(4096), floor);
         assert_eq!(

@@ -21,6 +21,15 @@ use std::sync::{Arc, Mutex};
 /// 7.0 and newer): one launch per rank, so at most this many ranks there.
 const MAX_RESIDENT_GRIDS: usize = 128;
 
+/// Channels' staging rings start this many bytes apart at least, so that
+/// every channel's 16-byte packs stay aligned whatever size the staging is.
+const STAGING_ALIGN: u64 = 256;
+
+/// Bytes between two channels' staging rings in a rank's allocation.
+fn staging_stride(bytes: u64) -> u64 {
+    bytes.next_multiple_of(STAGING_ALIGN)
+}
+
 /// Bytes of flags per channel: the tail and the head each on a line of
 /// their own, since different peers write them.
 const FLAG_STRIDE: u64 = 256;
@@ -30,7 +39,7 @@ const HEAD: u64 = 128;
 /// One rank's device memory.
 pub struct Rank {
     pub ctx: Arc<CudaContext>,
-    /// Every channel's staging ring, `buffer_bytes` apart.
+    /// Every channel's staging ring, [`staging_stride`] apart.
     pub staging: DeviceAlloc,
     /// Every channel's tail and head, [`FLAG_STRIDE`] apart.
     pub flags: DeviceAlloc,
@@ -83,6 +92,7 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
     let ufr = ring.user_from_ring();
     let table: Vec<u8> = ufr.iter().flat_map(|u| u.to_ne_bytes()).collect();
     let buffer = config.gpu_staging_bytes(most_here * max_channels);
+    let stride = staging_stride(buffer);
     let mut ranks = Vec::with_capacity(k);
     for &d in devices {
         let ctx = &ctxs[&d];
@@ -91,7 +101,7 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
         unsafe { result::memcpy_htod_sync(user_from_ring.ptr, &table)? };
         ranks.push(Rank {
             ctx: ctx.clone(),
-            staging: DeviceAlloc::zeroed(ctx, (buffer * max_channels as u64) as usize)?,
+            staging: DeviceAlloc::zeroed(ctx, (stride * max_channels as u64) as usize)?,
             flags: DeviceAlloc::zeroed(ctx, (FLAG_STRIDE * max_channels as u64) as usize)?,
             user_from_ring,
             conn: DeviceAlloc::zeroed(ctx, std::mem::size_of::<RankConn>())?,
@@ -110,7 +120,7 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
             user_from_ring: r.user_from_ring.ptr,
             channels: (0..max_channels as u64)
                 .map(|c| ChannelWiring {
-                    staging: r.staging.ptr + c * buffer,
+                    staging: r.staging.ptr + c * stride,
                     tail: r.flags.ptr + c * FLAG_STRIDE,
                     head: r.flags.ptr + c * FLAG_STRIDE + HEAD,
                     status: status0 + ((u * max_channels) as u64 + c) * record_bytes,
@@ -221,5 +231,21 @@ fn channels_that_fit(
         }),
         Some(c) => Ok(c as usize),
         None => Ok(max),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A staging size that is no multiple of 16 (the automatic share of
+    /// 64 MiB for 96 blocks is 699,050 bytes) must not shift the next
+    /// channel's ring off a pack boundary.
+    #[test]
+    fn channel_rings_stay_aligned() {
+        for bytes in [699_050u64, 1000, 2 << 20, 262_273] {
+            let s = staging_stride(bytes);
+            assert!(s >= bytes && s % 256 == 0 && s - bytes < 256, "{bytes}");
+        }
     }
 }
