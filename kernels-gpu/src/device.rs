@@ -40,7 +40,7 @@ pub unsafe trait Handoff {
 }
 
 /// The few execution primitives the engine and its copy/reduce loops use.
-/// The GPU maps them to PTX ([`crate::arch::nvptx`]); the CPU execution maps
+/// The GPU maps them to PTX (`arch::nvptx`); the CPU execution maps
 /// them to OS threads and atomics.
 ///
 /// # Safety

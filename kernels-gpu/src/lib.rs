@@ -1,7 +1,7 @@
 //! The ring collectives of `ringreduce`, written once.
 //!
 //! This crate is `no_std` and compiles for two targets:
-//! * `nvptx64-nvidia-cuda`, where [`arch::nvptx`] maps the [`Device`] and
+//! * `nvptx64-nvidia-cuda`, where `arch::nvptx` maps the [`Device`] and
 //!   [`Handoff`] traits to PTX and `kernels` exports one entry point per
 //!   (type, op);
 //! * the host, where `ringreduce` implements them with OS threads and runs

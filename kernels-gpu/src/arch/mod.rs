@@ -1,4 +1,4 @@
-//! Target-specific pieces. All inline assembly lives in [`nvptx`]; the host
+//! Target-specific pieces. All inline assembly lives in `nvptx`; the host
 //! side needs none.
 
 #[cfg(target_arch = "nvptx64")]
