@@ -2,7 +2,7 @@
 //! planned, then launched) and the run-time controls.
 
 use super::buffers::{Buffers, RawBuffers};
-use super::driver::{pointer_device, within_allocation};
+use super::checks::{check_devices, check_streams, check_views};
 use super::launch::enqueue;
 use super::setup::{create, Inner};
 use crate::config::CommConfig;
@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::planner::{plan, BufferSpan};
 use crate::ring::RingOrder;
 use cudarc::driver::{CudaContext, CudaStream};
-use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceSlice};
+use cudarc::driver::{DevicePtr, DevicePtrMut};
 use ringreduce_kernels::abi::{Collective, GPU_THREADS};
 use ringreduce_kernels::{DataType, Op, StatusRecord};
 use std::sync::atomic::Ordering;
@@ -211,33 +211,9 @@ impl Communicator {
         if bufs.len() != k {
             return Err(Error::WrongBufferCount { got: bufs.len(), k });
         }
-        self.check_streams(streams)?;
+        check_streams(&self.inner, streams)?;
         let sz = std::mem::size_of::<T>() as u64;
-        // Views know their device through their stream, with no driver
-        // call: cheaper than the pointer queries of the raw path.
-        for (u, b) in bufs.iter().enumerate() {
-            let expected = self.inner.ranks[u].ctx.ordinal();
-            let views: [(&'static str, usize); 2] = match b {
-                Buffers::OutOfPlace { send, recv } => [
-                    ("send", send.stream().context().ordinal()),
-                    ("recv", recv.stream().context().ordinal()),
-                ],
-                Buffers::InPlace(buf) => [
-                    ("send", buf.stream().context().ordinal()),
-                    ("recv", buf.stream().context().ordinal()),
-                ],
-            };
-            for (which, found) in views {
-                if found != expected {
-                    return Err(Error::WrongDevice {
-                        rank: u,
-                        which,
-                        found: found as i64,
-                        expected,
-                    });
-                }
-            }
-        }
+        check_views(&self.inner, bufs)?;
         let mut spans = Vec::with_capacity(k);
         let mut guards = Vec::with_capacity(2 * k);
         for (u, (b, s)) in bufs.iter_mut().zip(streams).enumerate() {
@@ -288,7 +264,7 @@ impl Communicator {
         if bufs.len() != k {
             return Err(Error::WrongBufferCount { got: bufs.len(), k });
         }
-        self.check_streams(streams)?;
+        check_streams(&self.inner, streams)?;
         let spans: Vec<BufferSpan> = bufs
             .iter()
             .map(|b| BufferSpan {
@@ -298,70 +274,8 @@ impl Communicator {
                 recv_len: b.recv_len as u64,
             })
             .collect();
-        self.check_devices(&spans, dtype.size())?;
+        check_devices(&self.inner, &spans, dtype.size())?;
         self.enqueue(c, &spans, dtype, op, streams)
-    }
-
-    fn check_streams(&self, streams: &[Arc<CudaStream>]) -> Result<()> {
-        let k = self.k();
-        if streams.len() != k {
-            return Err(Error::WrongStreamCount {
-                got: streams.len(),
-                k,
-            });
-        }
-        for (u, s) in streams.iter().enumerate() {
-            let expected = self.inner.ranks[u].ctx.ordinal();
-            let found = s.context().ordinal();
-            if found != expected {
-                return Err(Error::StreamDevice {
-                    rank: u,
-                    found,
-                    expected,
-                });
-            }
-            let shares_device =
-                (0..k).any(|v| v != u && self.inner.ranks[v].ctx.ordinal() == expected);
-            if shares_device && s.cu_stream().is_null() {
-                return Err(Error::DefaultStream { rank: u });
-            }
-            for (v, other) in streams.iter().enumerate().take(u) {
-                if other.cu_stream() == s.cu_stream() && other.context().ordinal() == found {
-                    return Err(Error::SharedStream { a: v, b: u });
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn check_devices(&self, spans: &[BufferSpan], sz: u64) -> Result<()> {
-        for (u, s) in spans.iter().enumerate() {
-            if s.recv_len == 0 || s.send_len == 0 {
-                continue;
-            }
-            let expected = self.inner.ranks[u].ctx.ordinal();
-            for (which, addr, len) in [("send", s.send, s.send_len), ("recv", s.recv, s.recv_len)] {
-                let found = pointer_device(addr);
-                if found != expected as i64 {
-                    return Err(Error::WrongDevice {
-                        rank: u,
-                        which,
-                        found,
-                        expected,
-                    });
-                }
-                let bytes = len.saturating_mul(sz);
-                if !within_allocation(addr, bytes) {
-                    return Err(Error::BufferOutOfBounds {
-                        rank: u,
-                        which,
-                        addr,
-                        bytes,
-                    });
-                }
-            }
-        }
-        Ok(())
     }
 
     fn enqueue(

@@ -2,6 +2,7 @@
 //! read as setup (resources) → launch → API.
 
 mod buffers;
+mod checks;
 mod comm;
 mod driver;
 mod launch;

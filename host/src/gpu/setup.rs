@@ -245,7 +245,10 @@ mod tests {
     fn channel_rings_stay_aligned() {
         for bytes in [699_050u64, 1000, 2 << 20, 262_273] {
             let s = staging_stride(bytes);
-            assert!(s >= bytes && s % 256 == 0 && s - bytes < 256, "{bytes}");
+            assert!(
+                s >= bytes && s.is_multiple_of(256) && s - bytes < 256,
+                "{bytes}"
+            );
         }
     }
 }

@@ -1,0 +1,107 @@
+//! Checks a GPU collective makes before planning: the streams, the views'
+//! devices and the raw addresses. Each failure is a typed error with
+//! nothing launched.
+
+use super::buffers::Buffers;
+use super::driver::{pointer_device, within_allocation};
+use super::setup::Inner;
+use crate::error::{Error, Result};
+use crate::planner::BufferSpan;
+use cudarc::driver::{CudaStream, DeviceSlice};
+use std::sync::Arc;
+
+/// One stream per rank, on the rank's device; no stream shared by two
+/// ranks, and no legacy default stream where ranks share a device (either
+/// would serialise blocks that must run together).
+pub fn check_streams(inner: &Inner, streams: &[Arc<CudaStream>]) -> Result<()> {
+    let k = inner.ranks.len();
+    if streams.len() != k {
+        return Err(Error::WrongStreamCount {
+            got: streams.len(),
+            k,
+        });
+    }
+    for (u, s) in streams.iter().enumerate() {
+        let expected = inner.ranks[u].ctx.ordinal();
+        let found = s.context().ordinal();
+        if found != expected {
+            return Err(Error::StreamDevice {
+                rank: u,
+                found,
+                expected,
+            });
+        }
+        let shares_device = (0..k).any(|v| v != u && inner.ranks[v].ctx.ordinal() == expected);
+        if shares_device && s.cu_stream().is_null() {
+            return Err(Error::DefaultStream { rank: u });
+        }
+        for (v, other) in streams.iter().enumerate().take(u) {
+            if other.cu_stream() == s.cu_stream() && other.context().ordinal() == found {
+                return Err(Error::SharedStream { a: v, b: u });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Raw addresses: each in a device allocation on its rank's device, long
+/// enough for its length.
+pub fn check_devices(inner: &Inner, spans: &[BufferSpan], sz: u64) -> Result<()> {
+    for (u, s) in spans.iter().enumerate() {
+        if s.recv_len == 0 || s.send_len == 0 {
+            continue;
+        }
+        let expected = inner.ranks[u].ctx.ordinal();
+        for (which, addr, len) in [("send", s.send, s.send_len), ("recv", s.recv, s.recv_len)] {
+            let found = pointer_device(addr);
+            if found != expected as i64 {
+                return Err(Error::WrongDevice {
+                    rank: u,
+                    which,
+                    found,
+                    expected,
+                });
+            }
+            let bytes = len.saturating_mul(sz);
+            if !within_allocation(addr, bytes) {
+                return Err(Error::BufferOutOfBounds {
+                    rank: u,
+                    which,
+                    addr,
+                    bytes,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Typed views: each on its rank's device. Views know their device
+/// through their stream, with no driver call: cheaper than the pointer
+/// queries of the raw path.
+pub fn check_views<T>(inner: &Inner, bufs: &[Buffers<'_, T>]) -> Result<()> {
+    for (u, b) in bufs.iter().enumerate() {
+        let expected = inner.ranks[u].ctx.ordinal();
+        let views: [(&'static str, usize); 2] = match b {
+            Buffers::OutOfPlace { send, recv } => [
+                ("send", send.stream().context().ordinal()),
+                ("recv", recv.stream().context().ordinal()),
+            ],
+            Buffers::InPlace(buf) => [
+                ("send", buf.stream().context().ordinal()),
+                ("recv", buf.stream().context().ordinal()),
+            ],
+        };
+        for (which, found) in views {
+            if found != expected {
+                return Err(Error::WrongDevice {
+                    rank: u,
+                    which,
+                    found: found as i64,
+                    expected,
+                });
+            }
+        }
+    }
+    Ok(())
+}
