@@ -8,10 +8,39 @@ use std::process::Command;
 /// The crates a user's build needs, in dependency order.
 const PUBLISHED: [&str; 3] = ["ringreduce-kernels", "ringreduce-build", "ringreduce"];
 
+/// Removes earlier package-checks' unpacked copies of our crates from
+/// cargo's local overlay registries (the `registry/{src,cache}/-<hash>`
+/// folders). Cargo unpacks a crate version there once and reuses it, so
+/// with an unchanged version number a second check on the same machine
+/// would verify the previous run's sources, not this tree's.
+fn forget_stale_packages() {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo")));
+    let Some(home) = home else { return };
+    let version = env!("CARGO_PKG_VERSION");
+    for kind in ["src", "cache"] {
+        let Ok(dirs) = std::fs::read_dir(home.join("registry").join(kind)) else {
+            continue;
+        };
+        for d in dirs.flatten() {
+            // Overlay registries only; crates.io's folders are named after it.
+            if !d.file_name().to_string_lossy().starts_with('-') {
+                continue;
+            }
+            for p in PUBLISHED {
+                let _ = std::fs::remove_dir_all(d.path().join(format!("{p}-{version}")));
+                let _ = std::fs::remove_file(d.path().join(format!("{p}-{version}.crate")));
+            }
+        }
+    }
+}
+
 /// Packages the published crates (cargo verifies each by building it from
 /// its package), then builds and runs `xtask/user-crate` on stable against
 /// them, outside the workspace and its toolchain file.
 pub fn cmd_package_check(root: &Path) {
+    forget_stale_packages();
     let mut c = Command::new(cargo());
     c.current_dir(root).args(["package", "--allow-dirty"]);
     for p in PUBLISHED {
