@@ -110,7 +110,7 @@ pub fn all() -> Vec<Part> {
             "-g 4 -d float -o sum --buffsize 2M -C 1 --collective all",
             "-b 256M -e 256M -n 10 -w 3",
             "-b 64K -e 64K -n 2 -w 1",
-            40,
+            60,
         ),
         sweep(
             "bench-k8-1G",
