@@ -14,7 +14,6 @@ use crate::report::{Perf, Row};
 use crate::run::{perf, with_elem, Judge, Point};
 use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
 use cudarc::nccl::{result as nresult, sys as nsys};
-use ringreduce::internals::lengths;
 use ringreduce::{Collective, DataType, Op, RsElement};
 use std::sync::Arc;
 
@@ -170,7 +169,7 @@ fn point<T: RsElement + FromSmall>(
     let n = p.count as usize;
     let sz = std::mem::size_of::<T>() as u64;
     let c = p.collective;
-    let (sl, rl) = lengths(c, k as u64, n as u64);
+    let (sl, rl) = c.lengths(k as u64, n as u64);
     let (send_len, recv_len) = (sl as usize, rl as usize);
     let e = |e: cudarc::driver::DriverError| e.to_string();
     let mut send: Vec<CudaSlice<T>> = Vec::new();

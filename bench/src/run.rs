@@ -358,7 +358,7 @@ fn regions<'a, B>(
     sh: usize,
     bufs: &'a mut Bufs<B>,
 ) -> Vec<Region<'a, B>> {
-    let (send_len, recv_len) = ringreduce::internals::lengths(c, k as u64, n as u64);
+    let (send_len, recv_len) = c.lengths(k as u64, n as u64);
     let (send_len, recv_len) = (send_len as usize, recv_len as usize);
     let whole = send_len.max(recv_len);
     let Bufs { send, recv } = bufs;
@@ -397,7 +397,7 @@ fn type_sweep<C: Clock, T: RsElement + FromSmall>(
     let k = comm.k();
     let c = pts[0].collective;
     let max_count = pts.iter().map(|p| p.count).max().unwrap_or(0);
-    let (send_cap, recv_cap) = ringreduce::internals::lengths(c, k as u64, max_count);
+    let (send_cap, recv_cap) = c.lengths(k as u64, max_count);
     let cap = send_cap.max(recv_cap).max(1) as usize;
     let mut bufs = Bufs {
         send: Vec::with_capacity(k),
@@ -418,7 +418,7 @@ fn type_sweep<C: Clock, T: RsElement + FromSmall>(
             p.size
         ));
         let n = p.count as usize;
-        let (sl, rl) = ringreduce::internals::lengths(c, k as u64, n as u64);
+        let (sl, rl) = c.lengths(k as u64, n as u64);
         let whole = sl.max(rl).max(1);
         let mut timed = [0.0f64; 2];
         let mut wrong = [None, None];
@@ -498,7 +498,7 @@ fn check<C: Collectives, T: RsElement + FromSmall>(
     if n == 0 {
         return Ok(0);
     }
-    let (sl, rl) = ringreduce::internals::lengths(c, k as u64, n as u64);
+    let (sl, rl) = c.lengths(k as u64, n as u64);
     let (send_len, recv_len) = (sl as usize, rl as usize);
     let inputs = fill_all::<T>(op, k, send_len, 7);
     for (u, input) in inputs.iter().enumerate() {

@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ringreduce::internals::{lengths, plan, BufferSpan, CallOpts, Plan};
+use ringreduce::internals::{plan, BufferSpan, CallOpts, Plan};
 use ringreduce::kernels::abi::{CPU_THREADS, GPU_THREADS};
 use ringreduce::kernels::plan::{Chunking, PACK_BYTES};
 use ringreduce::{Collective, DataType};
@@ -35,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let max_channels = take(&mut d, 1) % 33;
     let sz = dtype.size();
-    let (send_len, recv_len) = lengths(c, k as u64, n);
+    let (send_len, recv_len) = c.lengths(k as u64, n);
     let spans: Vec<BufferSpan> = (0..k as u64)
         .map(|u| {
             let off = take(&mut d, 1) * sz;

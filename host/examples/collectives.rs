@@ -19,11 +19,8 @@ fn input(r: usize, len: usize) -> Vec<f32> {
 /// Runs collective `c` with count `N` on `comm`; returns the elements that
 /// differ from the sequential reference.
 fn run<C: Collectives>(comm: &C, c: Collective) -> ringreduce::Result<usize> {
-    let (send_len, recv_len) = match c {
-        Collective::ReduceScatter => (K * N, N),
-        Collective::AllGather => (N, K * N),
-        Collective::AllReduce => (N, N),
-    };
+    let (send_len, recv_len) = c.lengths(K as u64, N as u64);
+    let (send_len, recv_len) = (send_len as usize, recv_len as usize);
     let inputs: Vec<Vec<f32>> = (0..K).map(|r| input(r, send_len)).collect();
     let mut bufs = Vec::new();
     for (r, data) in inputs.iter().enumerate() {

@@ -181,7 +181,7 @@ pub fn channels_for(
     let max = max.clamp(1, MAX_CHANNELS as u64);
     match requested {
         Some(ch) => ch.clamp(1, max),
-        None => auto_channels(lengths(c, k, n).0.saturating_mul(size), max),
+        None => auto_channels(c.lengths(k, n).0.saturating_mul(size), max),
     }
 }
 
@@ -226,15 +226,6 @@ fn count_of(c: Collective, b: &BufferSpan) -> u64 {
     }
 }
 
-/// The (send, recv) lengths a collective of count `n` needs.
-pub fn lengths(c: Collective, k: u64, n: u64) -> (u64, u64) {
-    match c {
-        Collective::ReduceScatter => (k * n, n),
-        Collective::AllGather => (n, k * n),
-        Collective::AllReduce => (n, n),
-    }
-}
-
 /// Whether `b` is the in-place layout of rank `rank`.
 fn is_in_place(c: Collective, b: &BufferSpan, rank: u64, block_bytes: u64) -> bool {
     match c {
@@ -259,7 +250,7 @@ pub fn validate(c: Collective, bufs: &[BufferSpan], k: usize, dtype: DataType) -
     };
     let block_bytes = n.checked_mul(sz).ok_or(overflow.clone())?;
     block_bytes.checked_mul(k as u64).ok_or(overflow.clone())?;
-    let (send_len, recv_len) = lengths(c, k as u64, n);
+    let (send_len, recv_len) = c.lengths(k as u64, n);
     let mut ranges = Vec::with_capacity(2 * k);
     for (rank, b) in bufs.iter().enumerate() {
         let got = count_of(c, b);

@@ -53,6 +53,16 @@ impl Collective {
         })
     }
 
+    /// The (send, recv) lengths of one rank for a count of `n` on `k`
+    /// ranks: NCCL's shapes.
+    pub const fn lengths(self, k: u64, n: u64) -> (u64, u64) {
+        match self {
+            Collective::ReduceScatter => (k * n, n),
+            Collective::AllGather => (n, k * n),
+            Collective::AllReduce => (n, n),
+        }
+    }
+
     /// The name the bench and the errors use.
     pub const fn name(self) -> &'static str {
         match self {

@@ -24,13 +24,10 @@ pub struct Spec<T> {
 /// this many guard elements on each side and checked afterwards.
 pub const GUARD: usize = 5;
 
-/// The (send, recv) lengths of collective `c` with count `n` on `k` ranks.
+/// [`Collective::lengths`] in `usize`, for indexing host vectors.
 pub fn lengths(c: Collective, k: usize, n: usize) -> (usize, usize) {
-    match c {
-        Collective::ReduceScatter => (k * n, n),
-        Collective::AllGather => (n, k * n),
-        Collective::AllReduce => (n, n),
-    }
+    let (s, r) = c.lengths(k as u64, n as u64);
+    (s as usize, r as usize)
 }
 
 /// The in-place buffer's length, and where rank `u`'s input sits in it.
