@@ -1,8 +1,8 @@
 //! All-reduce: `2k - 1` steps per chunk, NCCL's ring all-reduce. The first
 //! `k` are a reduce-scatter whose last step also sends the finished block;
-//! the other `k - 1` are an all-gather of the finished blocks.
+//! the other `k - 1` are the all-gather's last `k - 1` steps.
 
-use super::Prim;
+use super::{all_gather, reduce_scatter, Prim};
 
 pub fn steps(k: u64) -> u64 {
     2 * k - 1
@@ -10,15 +10,11 @@ pub fn steps(k: u64) -> u64 {
 
 #[inline(always)]
 pub fn prim(k: u64, step: u64) -> Prim {
-    if step == 0 {
-        Prim::Send
-    } else if step + 1 < k {
-        Prim::RecvReduceSend
+    if step + 1 < k {
+        reduce_scatter::prim(k, step)
     } else if step + 1 == k {
         Prim::RecvReduceCopySend
-    } else if step + 1 < 2 * k - 1 {
-        Prim::RecvCopySend
     } else {
-        Prim::RecvCopy
+        all_gather::prim(k, step + 1 - k)
     }
 }
