@@ -137,6 +137,26 @@ fn check_range(rank: usize, which: &'static str, r: &Range<usize>, len: usize) -
     Ok(())
 }
 
+/// Every region's ranges within its buffers (`len` gives a buffer's
+/// elements), before any is sliced.
+fn check_regions<B>(regions: &[Region<'_, B>], len: impl Fn(&B) -> usize) -> Result<()> {
+    for (u, r) in regions.iter().enumerate() {
+        match r {
+            Region::OutOfPlace {
+                send,
+                send_at,
+                recv,
+                recv_at,
+            } => {
+                check_range(u, "send", send_at, len(send))?;
+                check_range(u, "recv", recv_at, len(recv))?;
+            }
+            Region::InPlace { buf, at } => check_range(u, "send", at, len(buf))?,
+        }
+    }
+    Ok(())
+}
+
 impl Collectives for Communicator {
     type Buf<T: RsElement> = CudaSlice<T>;
 
@@ -184,26 +204,20 @@ impl Collectives for Communicator {
         regions: &mut [Region<'_, CudaSlice<T>>],
         op: Op,
     ) -> Result<()> {
+        check_regions(regions, |b| b.len())?;
         let mut bufs = Vec::with_capacity(regions.len());
-        for (u, r) in regions.iter_mut().enumerate() {
+        for r in regions.iter_mut() {
             bufs.push(match r {
                 Region::OutOfPlace {
                     send,
                     send_at,
                     recv,
                     recv_at,
-                } => {
-                    check_range(u, "send", send_at, send.len())?;
-                    check_range(u, "recv", recv_at, recv.len())?;
-                    Buffers::out_of_place(
-                        send.slice(send_at.clone()),
-                        recv.slice_mut(recv_at.clone()),
-                    )
-                }
-                Region::InPlace { buf, at } => {
-                    check_range(u, "send", at, buf.len())?;
-                    Buffers::in_place(buf.slice_mut(at.clone()))
-                }
+                } => Buffers::out_of_place(
+                    send.slice(send_at.clone()),
+                    recv.slice_mut(recv_at.clone()),
+                ),
+                Region::InPlace { buf, at } => Buffers::in_place(buf.slice_mut(at.clone())),
             });
         }
         Communicator::collective(self, c, &mut bufs, op, self.streams())
@@ -264,8 +278,9 @@ impl Collectives for CpuCommunicator {
         regions: &mut [Region<'_, HostBuffer<T>>],
         op: Op,
     ) -> Result<()> {
+        check_regions(regions, |b| b.len())?;
         let mut bufs = Vec::with_capacity(regions.len());
-        for (u, r) in regions.iter_mut().enumerate() {
+        for r in regions.iter_mut() {
             bufs.push(match r {
                 Region::OutOfPlace {
                     send,
@@ -273,14 +288,9 @@ impl Collectives for CpuCommunicator {
                     recv,
                     recv_at,
                 } => {
-                    check_range(u, "send", send_at, send.len())?;
-                    check_range(u, "recv", recv_at, recv.len())?;
                     CpuBuffers::out_of_place(send.view(send_at.clone()), recv.view(recv_at.clone()))
                 }
-                Region::InPlace { buf, at } => {
-                    check_range(u, "send", at, buf.len())?;
-                    CpuBuffers::in_place(buf.view(at.clone()))
-                }
+                Region::InPlace { buf, at } => CpuBuffers::in_place(buf.view(at.clone())),
             });
         }
         CpuCommunicator::collective(self, c, &bufs, op)
