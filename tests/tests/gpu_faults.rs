@@ -199,17 +199,35 @@ fn enqueue_f32(
     c: Collective,
     n: usize,
 ) -> Vec<(CudaSlice<f32>, CudaSlice<f32>)> {
+    let send_len = lengths(c, comm.k(), n).0;
+    let inputs: Vec<Vec<f32>> = (0..comm.k())
+        .map(|r| (0..send_len).map(|i| ((i * 3 + r) % 11) as f32).collect())
+        .collect();
+    enqueue(comm, c, &inputs, n, Op::Sum, SENTINEL)
+}
+
+/// Collective `c` (count `n`) of `inputs` out of place, each output
+/// filled with `poison` first; returns each rank's (send, recv).
+fn enqueue<C: Collectives>(
+    comm: &C,
+    c: Collective,
+    inputs: &[Vec<f32>],
+    n: usize,
+    op: Op,
+    poison: f32,
+) -> Vec<(C::Buf<f32>, C::Buf<f32>)> {
     let (send_len, recv_len) = lengths(c, comm.k(), n);
-    let mut bufs: Vec<(CudaSlice<f32>, CudaSlice<f32>)> = (0..comm.k())
-        .map(|r| {
-            let v: Vec<f32> = (0..send_len).map(|i| ((i * 3 + r) % 11) as f32).collect();
+    let mut bufs: Vec<(C::Buf<f32>, C::Buf<f32>)> = inputs
+        .iter()
+        .enumerate()
+        .map(|(u, v)| {
             (
-                comm.upload(r, &v).unwrap(),
-                comm.upload(r, &vec![SENTINEL; recv_len]).unwrap(),
+                comm.upload(u, &v[..send_len]).unwrap(),
+                comm.upload(u, &vec![poison; recv_len]).unwrap(),
             )
         })
         .collect();
-    let mut regions: Vec<Region<'_, CudaSlice<f32>>> = bufs
+    let mut regions: Vec<Region<'_, C::Buf<f32>>> = bufs
         .iter_mut()
         .map(|(s, r)| Region::OutOfPlace {
             send: s,
@@ -218,7 +236,8 @@ fn enqueue_f32(
             recv_at: 0..recv_len,
         })
         .collect();
-    Collectives::collective(comm, c, &mut regions, Op::Sum).unwrap();
+    comm.collective(c, &mut regions, op).unwrap();
+    drop(regions);
     bufs
 }
 
@@ -366,29 +385,7 @@ fn outputs<C: Collectives>(
     n: usize,
     op: Op,
 ) -> Vec<Vec<f32>> {
-    let (send_len, recv_len) = lengths(c, comm.k(), n);
-    let mut bufs: Vec<(C::Buf<f32>, C::Buf<f32>)> = inputs
-        .iter()
-        .enumerate()
-        .map(|(u, v)| {
-            (
-                comm.upload(u, &v[..send_len]).unwrap(),
-                comm.upload(u, &vec![0f32; recv_len]).unwrap(),
-            )
-        })
-        .collect();
-    {
-        let mut regions: Vec<Region<'_, C::Buf<f32>>> = bufs
-            .iter_mut()
-            .map(|(s, r)| Region::OutOfPlace {
-                send: s,
-                send_at: 0..send_len,
-                recv: r,
-                recv_at: 0..recv_len,
-            })
-            .collect();
-        comm.collective(c, &mut regions, op).unwrap();
-    }
+    let bufs = enqueue(comm, c, inputs, n, op, 0.0);
     comm.synchronize().unwrap();
     bufs.iter()
         .enumerate()
