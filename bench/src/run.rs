@@ -501,13 +501,23 @@ fn check<C: Collectives, T: RsElement + FromSmall>(
     let (sl, rl) = c.lengths(k as u64, n as u64);
     let (send_len, recv_len) = (sl as usize, rl as usize);
     let inputs = fill_all::<T>(op, k, send_len, 7);
-    for (u, input) in inputs.iter().enumerate() {
-        // In place, an all-gather's input is its own block of `recv`.
-        if in_place && c == Collective::AllGather {
-            comm.write(u, &mut bufs.recv[u], u * n, input)?;
+    // In place, the buffer that holds every block (see `regions`).
+    let pool_is_recv = in_place && c == Collective::AllGather;
+    let at = |u: usize| {
+        let (input, output) = c.in_place_offsets(u as u64, n as u64);
+        if in_place {
+            (input as usize, output as usize)
         } else {
-            comm.write(u, &mut bufs.send[u], 0, input)?;
+            (0, 0)
         }
+    };
+    for (u, input) in inputs.iter().enumerate() {
+        let buf = if pool_is_recv {
+            &mut bufs.recv[u]
+        } else {
+            &mut bufs.send[u]
+        };
+        comm.write(u, buf, at(u).0, input)?;
     }
     comm.collective(c, &mut regions(c, k, n, in_place, 0, bufs), op)?;
     comm.synchronize()?;
@@ -515,11 +525,13 @@ fn check<C: Collectives, T: RsElement + FromSmall>(
     let want = reference::collective(c, &refs, comm.ring_order(), op);
     let mut wrong = 0;
     for (u, want) in want.iter().enumerate() {
-        let got = match (in_place, c) {
-            (true, Collective::ReduceScatter) => comm.read(u, &bufs.send[u], u * n..(u + 1) * n)?,
-            (true, Collective::AllReduce) => comm.read(u, &bufs.send[u], 0..n)?,
-            _ => comm.read(u, &bufs.recv[u], 0..recv_len)?,
+        let out = at(u).1;
+        let buf = if in_place && !pool_is_recv {
+            &bufs.send[u]
+        } else {
+            &bufs.recv[u]
         };
+        let got = comm.read(u, buf, out..out + recv_len)?;
         wrong += count_wrong(&got, want);
     }
     Ok(wrong)

@@ -34,33 +34,21 @@ impl BufferSpan {
         rank: usize,
         size: u64,
     ) -> Result<Self> {
-        if collective == Collective::AllReduce {
-            return Ok(BufferSpan {
-                send: addr,
-                send_len: len,
-                recv: addr,
-                recv_len: len,
-            });
-        }
-        if k == 0 || !len.is_multiple_of(k as u64) {
-            return Err(Error::InPlaceLength { rank, len, k });
-        }
-        let n = len / k as u64;
-        let block = addr + rank as u64 * n * size;
-        Ok(if collective == Collective::ReduceScatter {
-            BufferSpan {
-                send: addr,
-                send_len: len,
-                recv: block,
-                recv_len: n,
-            }
+        let k64 = k as u64;
+        let n = if collective == Collective::AllReduce {
+            len
+        } else if k > 0 && len.is_multiple_of(k64) {
+            len / k64
         } else {
-            BufferSpan {
-                send: block,
-                send_len: n,
-                recv: addr,
-                recv_len: len,
-            }
+            return Err(Error::InPlaceLength { rank, len, k });
+        };
+        let (send_len, recv_len) = collective.lengths(k64, n);
+        let (send_at, recv_at) = collective.in_place_offsets(rank as u64, n);
+        Ok(BufferSpan {
+            send: addr + send_at * size,
+            send_len,
+            recv: addr + recv_at * size,
+            recv_len,
         })
     }
 }
@@ -226,13 +214,11 @@ fn count_of(c: Collective, b: &BufferSpan) -> u64 {
     }
 }
 
-/// Whether `b` is the in-place layout of rank `rank`.
-fn is_in_place(c: Collective, b: &BufferSpan, rank: u64, block_bytes: u64) -> bool {
-    match c {
-        Collective::ReduceScatter => b.recv == b.send + rank * block_bytes,
-        Collective::AllGather => b.send == b.recv + rank * block_bytes,
-        Collective::AllReduce => b.send == b.recv,
-    }
+/// Whether `b` is the in-place layout of rank `rank` (`n` elements of
+/// `size` bytes per block): both buffers at their offsets from one base.
+fn is_in_place(c: Collective, b: &BufferSpan, rank: u64, n: u64, size: u64) -> bool {
+    let (send_at, recv_at) = c.in_place_offsets(rank, n);
+    b.send.wrapping_sub(send_at * size) == b.recv.wrapping_sub(recv_at * size)
 }
 
 /// Checks the buffers of a collective: counts, lengths, alignment, the
@@ -296,7 +282,7 @@ pub fn validate(c: Collective, bufs: &[BufferSpan], k: usize, dtype: DataType) -
         if send.0.checked_add(send.1).is_none() || recv.0.checked_add(recv.1).is_none() {
             return Err(overflow);
         }
-        if overlaps(send, recv) && !is_in_place(c, b, rank as u64, block_bytes) {
+        if overlaps(send, recv) && !is_in_place(c, b, rank as u64, n, sz) {
             return Err(Error::InPlaceMisplaced {
                 rank,
                 collective: c.name(),

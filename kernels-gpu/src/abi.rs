@@ -63,6 +63,17 @@ impl Collective {
         }
     }
 
+    /// Where rank `rank`'s input and output start, in elements, in its
+    /// in-place buffer (which is as long as the longer of the two): NCCL's
+    /// in-place layouts.
+    pub const fn in_place_offsets(self, rank: u64, n: u64) -> (u64, u64) {
+        match self {
+            Collective::ReduceScatter => (0, rank * n),
+            Collective::AllGather => (rank * n, 0),
+            Collective::AllReduce => (0, 0),
+        }
+    }
+
     /// The name the bench and the errors use.
     pub const fn name(self) -> &'static str {
         match self {

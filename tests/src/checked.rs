@@ -30,21 +30,12 @@ pub fn lengths(c: Collective, k: usize, n: usize) -> (usize, usize) {
     (s as usize, r as usize)
 }
 
-/// The in-place buffer's length, and where rank `u`'s input sits in it.
-fn in_place_layout(c: Collective, k: usize, n: usize, u: usize) -> (usize, usize) {
-    match c {
-        Collective::ReduceScatter => (k * n, 0),
-        Collective::AllGather => (k * n, u * n),
-        Collective::AllReduce => (n, 0),
-    }
-}
-
-/// Where rank `u`'s output sits in its in-place buffer.
-fn in_place_output(c: Collective, n: usize, u: usize) -> usize {
-    match c {
-        Collective::ReduceScatter => u * n,
-        _ => 0,
-    }
+/// The in-place buffer's length, and where rank `u`'s input and output
+/// sit in it.
+fn in_place_layout(c: Collective, k: usize, n: usize, u: usize) -> (usize, usize, usize) {
+    let (send_len, recv_len) = lengths(c, k, n);
+    let (input, output) = c.in_place_offsets(u as u64, n as u64);
+    (send_len.max(recv_len), input as usize, output as usize)
 }
 
 /// A submitted collective, checked once its backend is synchronised.
@@ -88,11 +79,11 @@ fn layout<T: Gen>(spec: &Spec<T>, ring: &RingOrder, seed: u64) -> Layout<T> {
     for (u, want) in want.iter().enumerate() {
         let so = spec.send_off[u];
         if spec.in_place {
-            let (len, at) = in_place_layout(c, k, n, u);
+            let (len, at, output) = in_place_layout(c, k, n, u);
             let mut s = poisoned(&mut rng, so + len + GUARD);
             s[so + at..so + at + send_len].copy_from_slice(&spec.inputs[u]);
             let mut sw = s.clone();
-            let out = so + in_place_output(c, n, u);
+            let out = so + output;
             sw[out..out + recv_len].copy_from_slice(want);
             l.send_init.push(s);
             l.send_want.push(sw);
@@ -162,7 +153,7 @@ pub fn submit<'a, C: Collectives, T: Gen>(
         for (u, (s, r)) in send.iter_mut().zip(recv.iter_mut()).enumerate() {
             let so = spec.send_off[u];
             if spec.in_place {
-                let len = in_place_layout(c, k, n, u).0;
+                let (len, _, _) = in_place_layout(c, k, n, u);
                 regions.push(Region::InPlace {
                     buf: s,
                     at: so..so + len,
