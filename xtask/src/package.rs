@@ -49,6 +49,9 @@ pub fn cmd_package_check(root: &Path) {
     check(&mut c);
     let work = std::env::temp_dir().join("ringreduce-package-check");
     let _ = std::fs::remove_dir_all(work.join("crates"));
+    // The unpacked crates keep their archive times, so an earlier build
+    // here would look fresh: build from scratch.
+    let _ = std::fs::remove_dir_all(work.join("user").join("target"));
     let crates = work.join("crates");
     let user = work.join("user");
     std::fs::create_dir_all(&crates).unwrap_or_else(|e| fail(e));
