@@ -49,28 +49,28 @@ pub struct WaitSite {
     pub expected: u64,
 }
 
-/// Spins until `ready(flag)` holds; the acquire loads make what the writer
-/// published before its flag store visible to the loads after. Gives up
-/// when the host sets the abort word or when `timeout_ns` passes without
-/// `ready`, writes the status record, and returns `false`.
+/// Spins until the counter at `flag` reaches `want` and returns what it
+/// read; the acquire loads make what the writer published before its
+/// counter store visible to the loads after. Gives up when the host sets
+/// the abort word or when `timeout_ns` passes without progress, writes the
+/// status record, and returns `None`.
 ///
 /// # Safety
 /// `flag` must be a valid flag address; `args` must describe this rank.
 #[inline(never)]
-pub unsafe fn wait_until<D: Device, F: Fn(u64) -> bool>(
+pub unsafe fn wait_at_least<D: Device>(
     d: &D,
     args: WaitCtx,
     flag: u64,
     site: WaitSite,
-    ready: F,
-) -> bool {
+) -> Option<u64> {
     let flag = flag as *const u64;
     let mut polls: u32 = 0;
     let mut start: u64 = 0;
     loop {
         let seen = d.load_acquire(flag, args.scope);
-        if ready(seen) {
-            return true;
+        if seen >= site.expected {
+            return Some(seen);
         }
         polls = polls.wrapping_add(1);
         if polls.is_multiple_of(POLLS_PER_CHECK) {
@@ -89,7 +89,7 @@ pub unsafe fn wait_until<D: Device, F: Fn(u64) -> bool>(
                     WaitOutcome::TimedOut
                 };
                 report(d, &args, outcome, site, seen, waited);
-                return false;
+                return None;
             }
         }
         d.spin_hint();
