@@ -30,6 +30,29 @@ fn fold<T: Element>(inputs: &[&[T]], order: &[usize], at: usize, op: Op) -> T {
     }
 }
 
+/// `(0..n).map(f)`, computed by every core on contiguous ranges: checking
+/// a 1 GiB collective waits on the reference, and the order of each
+/// element's own fold does not depend on how the range is split.
+fn par_map<T: Element>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    const SERIAL_BELOW: usize = 1 << 16;
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    if n < SERIAL_BELOW || threads == 1 {
+        return (0..n).map(f).collect();
+    }
+    let per = n.div_ceil(threads);
+    let f = &f;
+    std::thread::scope(|s| {
+        let parts: Vec<_> = (0..n)
+            .step_by(per)
+            .map(|lo| s.spawn(move || (lo..(lo + per).min(n)).map(f).collect::<Vec<T>>()))
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|h| h.join().expect("reference thread"))
+            .collect()
+    })
+}
+
 /// `out[u][i]` is `op` over all ranks of `inputs[r][u * n + i]`.
 pub fn reduce_scatter<T: Element>(inputs: &[&[T]], ring: &RingOrder, op: Op) -> Vec<Vec<T>> {
     let k = inputs.len();
@@ -41,9 +64,7 @@ pub fn reduce_scatter<T: Element>(inputs: &[&[T]], ring: &RingOrder, op: Op) -> 
     (0..k)
         .map(|u| {
             let order = fold_order(ring, u);
-            (0..n)
-                .map(|i| fold(inputs, &order, u * n + i, op))
-                .collect()
+            par_map(n, |i| fold(inputs, &order, u * n + i, op))
         })
         .collect()
 }
@@ -73,9 +94,9 @@ pub fn all_reduce<T: Element>(inputs: &[&[T]], ring: &RingOrder, op: Op) -> Vec<
         1,
     );
     let orders: Vec<Vec<usize>> = (0..k).map(|u| fold_order(ring, u)).collect();
-    let out: Vec<T> = (0..n)
-        .map(|i| fold(inputs, &orders[i / g.block_elems as usize], i, op))
-        .collect();
+    let out = par_map(n, |i| {
+        fold(inputs, &orders[i / g.block_elems as usize], i, op)
+    });
     vec![out; k]
 }
 
