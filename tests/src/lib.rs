@@ -68,11 +68,81 @@ pub fn placement(first: usize, k: usize) -> Vec<usize> {
     (0..k).map(|u| (first + u) % count).collect()
 }
 
-/// A communicator over [`placement`]`(first, k)`.
+/// A communicator over [`placement`]`(first, k)`, holding its blocks in
+/// [`BlockPool`] while it lives.
 pub fn gpu_comm(
     first: usize,
     k: usize,
     config: ringreduce::CommConfig,
-) -> ringreduce::Result<ringreduce::Communicator> {
-    ringreduce::Communicator::with_placement(&placement(first, k), config)
+) -> ringreduce::Result<Leased> {
+    let comm = ringreduce::Communicator::with_placement(&placement(first, k), config)?;
+    let blocks = (k * comm.max_channels()).min(comm.resident_blocks());
+    let pool = BLOCK_POOL.get_or_init(|| BlockPool::new(comm.resident_blocks()));
+    pool.take(blocks);
+    Ok(Leased { comm, blocks })
+}
+
+/// The GPU's resident blocks, shared by the tests that run at once (the
+/// harness runs several threads): a communicator whose blocks could not all
+/// be resident beside another test's would stall until its timeout, so a
+/// test waits for room before it creates one.
+pub struct BlockPool {
+    free: std::sync::Mutex<usize>,
+    freed: std::sync::Condvar,
+}
+
+static BLOCK_POOL: std::sync::OnceLock<BlockPool> = std::sync::OnceLock::new();
+
+impl BlockPool {
+    fn new(blocks: usize) -> Self {
+        BlockPool {
+            free: std::sync::Mutex::new(blocks),
+            freed: std::sync::Condvar::new(),
+        }
+    }
+
+    fn take(&self, blocks: usize) {
+        // A test that holds blocks while it asks for more would wait for
+        // itself: give up loudly rather than hang.
+        let limit = std::time::Duration::from_secs(900);
+        let start = std::time::Instant::now();
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        while *free < blocks {
+            let left = limit.checked_sub(start.elapsed()).unwrap_or_else(|| {
+                panic!("waited {limit:?} for {blocks} GPU blocks ({} free)", *free)
+            });
+            free = self
+                .freed
+                .wait_timeout(free, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        *free -= blocks;
+    }
+
+    fn give(&self, blocks: usize) {
+        *self.free.lock().unwrap_or_else(|e| e.into_inner()) += blocks;
+        self.freed.notify_all();
+    }
+}
+
+/// A GPU communicator and the blocks it holds in the pool.
+pub struct Leased {
+    comm: ringreduce::Communicator,
+    blocks: usize,
+}
+
+impl std::ops::Deref for Leased {
+    type Target = ringreduce::Communicator;
+    fn deref(&self) -> &ringreduce::Communicator {
+        &self.comm
+    }
+}
+
+impl Drop for Leased {
+    fn drop(&mut self) {
+        if let Some(p) = BLOCK_POOL.get() {
+            p.give(self.blocks);
+        }
+    }
 }

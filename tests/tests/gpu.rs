@@ -31,10 +31,13 @@ fn gpu_matrix(dev: usize) {
     let mut total = (0, 0);
     for c in Collective::ALL {
         for k in [1usize, 2, 3, 4, 8] {
-            let b = gpu_comm(dev, k, CommConfig::default()).unwrap();
-            let (n, e) = run_all(&b, &matrix(c, k, &COUNTS, 2));
-            total.0 += n;
-            total.1 += e;
+            // One communicator at a time: each holds its blocks in the pool.
+            {
+                let b = gpu_comm(dev, k, CommConfig::default()).unwrap();
+                let (n, e) = run_all(&b, &matrix(c, k, &COUNTS, 2));
+                total.0 += n;
+                total.1 += e;
+            }
             if k >= 3 {
                 let cfg = CommConfig::default().ring_order(shuffled(k)).channels(3);
                 let b = gpu_comm(dev, k, cfg).unwrap();
@@ -94,7 +97,7 @@ fn gpu_small_buffer_many_chunks(dev: usize) {
                     },
                     seed: (k * 1000 + i) as u64,
                 };
-                let o = run_case(&b, &c).unwrap();
+                let o = run_case(&*b, &c).unwrap();
                 assert_eq!(o.wrong, 0, "k={k} {c:?}");
                 count += 1;
             }
@@ -174,7 +177,7 @@ fn gpu_large_counts(dev: usize) {
             offsets: Offsets::Congruent(i % 2),
             seed: i as u64,
         };
-        let o = run_case(&b, &c).unwrap();
+        let o = run_case(&*b, &c).unwrap();
         assert_eq!(o.wrong, 0, "{c:?}");
         println!(
             "gpu large: {} k={k} {} {} n={n}: {} elements, 0 wrong",
@@ -193,7 +196,7 @@ fn gpu_back_to_back_1000(dev: usize) {
         let mut pending: Vec<Box<dyn Pending + '_>> = Vec::new();
         let mut elements = 0;
         for i in 0..1000u64 {
-            let (p, sent) = submit_random(&b, &mut rng, i, |rng| {
+            let (p, sent) = submit_random(&*b, &mut rng, i, |rng| {
                 (match rng.below(4) {
                     0 => rng.below(16),
                     1 => rng.below(5000),

@@ -417,7 +417,7 @@ fn gpu_poisoned_inputs_match_the_cpu(dev: usize) {
     let cpu = CpuCommunicator::new(k).unwrap();
     for c in [Collective::ReduceScatter, Collective::AllReduce] {
         for op in Op::ALL {
-            let g = outputs(&gpu, c, &inputs, n, op);
+            let g = outputs(&*gpu, c, &inputs, n, op);
             let h = outputs(&cpu, c, &inputs, n, op);
             for u in 0..k {
                 for (i, (g, h)) in g[u].iter().zip(&h[u]).enumerate() {
@@ -457,7 +457,7 @@ fn gpu_sanitize_small(dev: usize) {
                     },
                     seed: i as u64,
                 };
-                assert_eq!(run_case(&b, &c).unwrap().wrong, 0, "{c:?}");
+                assert_eq!(run_case(&*b, &c).unwrap().wrong, 0, "{c:?}");
                 count += 1;
             }
         }

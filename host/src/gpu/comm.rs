@@ -28,7 +28,9 @@ use std::sync::Arc;
 /// once; the communicator checks at creation that the ranks' blocks fit on
 /// each device (occupancy times multiprocessors, and at most 128 resident
 /// kernels), and refuses streams that would serialise the launches (two
-/// ranks on one stream, or the legacy default stream).
+/// ranks on one stream, or the legacy default stream). Communicators that
+/// share a GPU and run collectives at the same time must together fit too
+/// (see [`Communicator::resident_blocks`]).
 ///
 /// ```no_run
 /// use ringreduce::{Buffers, Communicator, Op};
@@ -138,6 +140,15 @@ impl Communicator {
     /// Channels each rank has; a call uses at most this many.
     pub fn max_channels(&self) -> usize {
         self.inner.state.max_channels
+    }
+
+    /// Blocks of the collective kernels that fit at once on (the smallest
+    /// of) the ranks' devices. A collective keeps `ranks x channels` blocks
+    /// resident until every rank arrives, so communicators that run
+    /// collectives concurrently on one GPU must together stay within this,
+    /// or they can stall each other until their timeouts (as with NCCL).
+    pub fn resident_blocks(&self) -> usize {
+        self.inner.resident_blocks
     }
 
     /// Staging bytes per channel (see [`CommConfig::buffer_bytes`]).

@@ -59,6 +59,9 @@ pub struct Inner {
     /// holds each rank's last stream.
     pub launch: Mutex<Vec<Option<Arc<CudaStream>>>>,
     pub state: CommState,
+    /// Blocks of the collective kernels that can be resident at once on
+    /// the smallest of the ranks' devices.
+    pub resident_blocks: usize,
 }
 
 /// Sets up `devices.len()` ranks, user rank `u` on `devices[u]`.
@@ -82,10 +85,13 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
     let mut kernels_of = HashMap::new();
     let mut max_channels = MAX_CHANNELS;
     let mut most_here = 1;
+    let mut resident_blocks = usize::MAX;
     for (&d, ctx) in &ctxs {
         let kernels = Arc::new(Kernels::load(ctx)?);
         let here = devices.iter().filter(|&&x| x == d).count();
-        max_channels = max_channels.min(channels_that_fit(ctx, &kernels, here, &config)?);
+        let blocks = resident_blocks_of(ctx, &kernels)?;
+        resident_blocks = resident_blocks.min(blocks);
+        max_channels = max_channels.min(channels_that_fit(ctx, blocks, here, &config)?);
         most_here = most_here.max(here);
         kernels_of.insert(d, kernels);
     }
@@ -149,6 +155,7 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
         kernels: devices.iter().map(|d| kernels_of[d].clone()).collect(),
         host,
         launch: Mutex::new(vec![None; k]),
+        resident_blocks,
     })
 }
 
@@ -188,32 +195,37 @@ fn ring_for(
     Ok(ring)
 }
 
-/// Channels per rank when `here` ranks share the device: every block of
-/// every rank must be resident at once, since they wait on each other. A
-/// configured count must fit; otherwise as many as fit, up to
-/// [`MAX_CHANNELS`].
-fn channels_that_fit(
-    ctx: &Arc<CudaContext>,
-    kernels: &Kernels,
-    here: usize,
-    config: &CommConfig,
-) -> Result<usize> {
+/// Blocks of the collective kernels that fit on the device at once: the
+/// least occupancy of any of them, times the multiprocessors.
+fn resident_blocks_of(ctx: &Arc<CudaContext>, kernels: &Kernels) -> Result<usize> {
     let sms =
         ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
-    let threads = BLOCK_THREADS as usize;
     let mut per_sm = usize::MAX;
     for f in kernels.all() {
         // SAFETY: valid function handle.
         let n = unsafe {
             result::occupancy::max_active_block_per_multiprocessor(
                 f.cu_function(),
-                threads as i32,
+                BLOCK_THREADS as i32,
                 0,
             )?
         };
         per_sm = per_sm.min(n.max(0) as usize);
     }
-    let blocks = per_sm * sms;
+    Ok(per_sm * sms)
+}
+
+/// Channels per rank when `here` ranks share the device (`blocks` fit on
+/// it at once): every block of every rank must be resident at once, since
+/// they wait on each other. A configured count must fit; otherwise as many
+/// as fit, up to [`MAX_CHANNELS`].
+fn channels_that_fit(
+    ctx: &Arc<CudaContext>,
+    blocks: usize,
+    here: usize,
+    config: &CommConfig,
+) -> Result<usize> {
+    let threads = BLOCK_THREADS as usize;
     let max = (blocks / here.max(1)).min(MAX_CHANNELS);
     if here > MAX_RESIDENT_GRIDS || max == 0 {
         return Err(Error::TooManyRanks {
