@@ -175,6 +175,8 @@ fn make_pools<T: Pattern>(streams: &[Arc<CudaStream>], k: usize, len: usize) -> 
 }
 
 struct Done<T> {
+    /// The collective's number in the soak.
+    index: usize,
     collective: Collective,
     op: Op,
     n: usize,
@@ -191,7 +193,9 @@ trait Check {
 
 /// A collective's outputs on the host, checked against the closed form.
 trait Verify {
-    fn wrong(&self) -> usize;
+    /// Wrong elements, and a description of the collective and its first
+    /// wrong element when there is one.
+    fn wrong(&self) -> (usize, Option<String>);
 }
 
 struct Fetched<T> {
@@ -200,6 +204,8 @@ struct Fetched<T> {
     k: usize,
     n: usize,
     offset: usize,
+    in_place: bool,
+    index: usize,
     got: Vec<Vec<T>>,
 }
 
@@ -224,14 +230,18 @@ impl<T: Pattern> Check for Done<T> {
             k,
             n: self.n,
             offset: self.offset,
+            in_place: self.in_place,
+            index: self.index,
             got,
         }))
     }
 }
 
 impl<T: Pattern> Verify for Fetched<T> {
-    fn wrong(&self) -> usize {
+    fn wrong(&self) -> (usize, Option<String>) {
         let mut w = 0;
+        let mut first = None;
+        let mut last = (0, 0);
         let n = self.n.max(1);
         for (u, got) in self.got.iter().enumerate() {
             for (i, g) in got.iter().enumerate() {
@@ -247,10 +257,27 @@ impl<T: Pattern> Verify for Fetched<T> {
                 };
                 if bytemuck::bytes_of(g) != bytemuck::bytes_of(&want) {
                     w += 1;
+                    first.get_or_insert_with(|| (u, i, format!("{g:?}"), format!("{want:?}")));
+                    last = (u, i);
                 }
             }
         }
-        w
+        let what = first.map(|(u, i, g, want)| {
+            format!(
+                "collective #{} {} {} {:?} n={} offset={} in_place={}: {w} wrong, first at rank {u} \
+                 element {i} (got {g}, want {want}), last at rank {} element {}",
+                self.index,
+                self.collective.name(),
+                T::DTYPE.name(),
+                self.op,
+                self.n,
+                self.offset,
+                self.in_place,
+                last.0,
+                last.1,
+            )
+        });
+        (w, what)
     }
 }
 
@@ -264,15 +291,21 @@ fn check_all(pending: &mut Vec<Box<dyn Check>>, k: usize) -> Result<usize> {
             .iter()
             .map(|p| p.fetch(k))
             .collect::<Result<Vec<_>>>()?;
-        wrong += std::thread::scope(|sc| {
+        let seen: Vec<(usize, Option<String>)> = std::thread::scope(|sc| {
             let hs: Vec<_> = fetched
                 .chunks(fetched.len().div_ceil(cores))
-                .map(|part| sc.spawn(move || part.iter().map(|f| f.wrong()).sum::<usize>()))
+                .map(|part| sc.spawn(move || part.iter().map(|f| f.wrong()).collect::<Vec<_>>()))
                 .collect();
             hs.into_iter()
-                .map(|h| h.join().expect("checker"))
-                .sum::<usize>()
+                .flat_map(|h| h.join().expect("checker"))
+                .collect()
         });
+        for (w, what) in seen {
+            wrong += w;
+            if let Some(what) = what {
+                println!("soak: {what}");
+            }
+        }
     }
     pending.clear();
     Ok(wrong)
@@ -370,7 +403,7 @@ pub fn soak(
                     .collect();
                 comm.collective(collective, &mut bufs, op, set)?;
             }
-            Box::new(Done::<T> { collective, op, n, offset, in_place, out, streams: set.clone() })
+            Box::new(Done::<T> { index: i, collective, op, n, offset, in_place, out, streams: set.clone() })
         });
         pending.push(p);
         rep.ops += 1;

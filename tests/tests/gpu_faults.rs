@@ -471,7 +471,10 @@ fn gpu_soak(dev: usize) {
     for k in soak_ks(&[4, 8]) {
         let ring = soak_ring(k);
         let comm = gpu_comm(dev, k, CommConfig::default().ring_order(ring)).unwrap();
-        let sets: Vec<Vec<Arc<CudaStream>>> = (0..3).map(|_| comm.new_streams().unwrap()).collect();
+        let set_count: usize = env_or("RINGREDUCE_SOAK_SETS", 3);
+        let sets: Vec<Vec<Arc<CudaStream>>> = (0..set_count.max(1))
+            .map(|_| comm.new_streams().unwrap())
+            .collect();
         let t0 = Instant::now();
         let rep = soak(&comm, &sets, ops, 500, max_count, 11 + k as u64).unwrap();
         println!(
