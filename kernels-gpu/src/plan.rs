@@ -53,8 +53,9 @@ pub struct Sizing {
     pub tile_elems: u64,
     /// Elements one slot holds: whole tiles.
     pub slot_elems: u64,
-    /// Bytes between slots: `slot_elems` plus one pack of padding when
-    /// blocks start off a pack boundary (see [`needs_padding`]).
+    /// Bytes between slots: the same for every call on one buffer, and at
+    /// least `slot_elems` plus one pack of padding when blocks start off a
+    /// pack boundary (see [`needs_padding`]).
     pub slot_stride_bytes: u64,
 }
 
@@ -87,14 +88,26 @@ impl Sizing {
                 have: buffer_bytes,
             });
         }
-        // An unpadded 2 MiB buffer holds 8 tiles of 32 KiB per slot where a
-        // padded one holds 7: the 16 bytes would otherwise cost a whole tile.
+        // The slots sit at the same place in every call, whatever its
+        // element size or padding: a sender already in its next call fills
+        // slot `j` while the receiver may still read the slots before it,
+        // so a stride that changed between calls would overlap them. Slots
+        // start on a 128-byte line where the buffer allows (a warp's access
+        // then touches 4 lines, not 5). An unpadded 2 MiB buffer holds 8
+        // tiles of 32 KiB per slot where a padded one holds 7: the 16 bytes
+        // would otherwise cost a whole tile.
+        let line = (per_slot / 128) * 128;
+        let stride = if line >= tile + PACK_BYTES {
+            line
+        } else {
+            (per_slot / PACK_BYTES) * PACK_BYTES
+        };
         let pad = if padded { PACK_BYTES } else { 0 };
-        let slot_tiles = (per_slot - pad) / tile;
+        let slot_tiles = (stride - pad) / tile;
         Ok(Sizing {
             tile_elems: tile / elem_size,
             slot_elems: slot_tiles * (tile / elem_size),
-            slot_stride_bytes: slot_tiles * tile + pad,
+            slot_stride_bytes: stride,
         })
     }
 
@@ -324,7 +337,7 @@ mod tests {
         // 32 KiB tiles: 7 tiles.
         assert_eq!(s.tile_elems, 8192);
         assert_eq!(s.slot_elems, 7 * 8192);
-        assert_eq!(s.slot_stride_bytes, 7 * 32768 + 16);
+        assert_eq!(s.slot_stride_bytes, 8 * 32768);
         assert!(s.staging_bytes() <= DEFAULT_BUFFER_BYTES);
         let c = Chunking::new(&s, 1 << 26);
         assert_eq!(c.num_chunks, (1u64 << 26).div_ceil(2 * 7 * 8192));
@@ -333,6 +346,44 @@ mod tests {
         assert_eq!(s.slot_elems, 8 * 8192);
         assert_eq!(s.staging_bytes(), DEFAULT_BUFFER_BYTES);
         assert_eq!(s.slot_offset(9), s.slot_stride_bytes);
+    }
+
+    /// Every call on one buffer lays the slots out alike, so a sender in
+    /// its next call never writes into a slot the receiver still reads
+    /// (the H200 soak found that when padded and unpadded calls alternated).
+    #[test]
+    fn slots_lie_alike_in_every_call() {
+        for threads in [CPU_THREADS, GPU_THREADS] {
+            let min = min_buffer_bytes(threads);
+            for buffer in [
+                min,
+                min + 1,
+                min + 129,
+                3 * min + 17,
+                1 << 20,
+                699_050,
+                2 << 20,
+            ] {
+                let mut strides = [0u64; 8];
+                let mut i = 0;
+                for elem in [1u64, 2, 4, 8] {
+                    for padded in [false, true] {
+                        let Ok(s) = Sizing::new(elem, buffer, threads, padded) else {
+                            continue;
+                        };
+                        let pad = if padded { PACK_BYTES } else { 0 };
+                        assert!(s.slot_elems * elem + pad <= s.slot_stride_bytes);
+                        assert_eq!(s.slot_stride_bytes % PACK_BYTES, 0);
+                        strides[i] = s.slot_stride_bytes;
+                        i += 1;
+                    }
+                }
+                assert!(
+                    strides[..i].iter().all(|&x| x == strides[0]),
+                    "{buffer} B, {threads} threads: strides {strides:?}"
+                );
+            }
+        }
     }
 
     #[test]

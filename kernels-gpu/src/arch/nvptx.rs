@@ -90,7 +90,9 @@ unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
         block_idx()
     }
 
-    /// `bar.red.or.pred` on barrier 0 with the whole block.
+    /// `barrier.red.or.pred` on barrier 0 with the whole block: the
+    /// non-aligned form, since only the control lane ran the code before it
+    /// (compute-sanitizer's synccheck flagged the aligned `bar.red` there).
     #[inline(always)]
     fn block_barrier_or(&self, pred: bool) -> bool {
         let out: u32;
@@ -99,7 +101,7 @@ unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
                 "{{",
                 ".reg .pred %pin, %pout;",
                 "setp.ne.u32 %pin, {p}, 0;",
-                "bar.red.or.pred %pout, 0, %pin;",
+                "barrier.red.or.pred %pout, 0, %pin;",
                 "selp.u32 {o}, 1, 0, %pout;",
                 "}}",
                 p = in(reg32) pred as u32,
