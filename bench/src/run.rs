@@ -538,7 +538,8 @@ fn check<C: Collectives, T: RsElement + FromSmall>(
     comm.collective(c, &mut regions(c, k, n, in_place, 0, bufs), op)?;
     comm.synchronize()?;
     let refs: Vec<&[T]> = inputs.iter().map(|v| v.as_slice()).collect();
-    let want = reference::collective(c, &refs, comm.ring_order(), op);
+    let algorithm = comm.algorithm_for::<T>(c, n)?;
+    let want = reference::collective_by(c, algorithm, &refs, comm.ring_order(), op);
     let mut wrong = 0;
     for (u, want) in want.iter().enumerate() {
         let out = at(u).1;

@@ -34,6 +34,7 @@ fuzz_target!(|data: &[u8]| {
         ch => Some(ch),
     };
     let max_channels = take(&mut d, 1) % 33;
+    let algo = take(&mut d, 1);
     let sz = dtype.size();
     let (send_len, recv_len) = c.lengths(k as u64, n);
     let spans: Vec<BufferSpan> = (0..k as u64)
@@ -56,12 +57,15 @@ fuzz_target!(|data: &[u8]| {
         max_channels,
         prefetch_rounds: 0,
         fault: None,
+        algorithm: ringreduce::Algo::ALL[(algo % 4) as usize],
+        direct_half_bytes: if algo & 4 == 0 { 0 } else { buffer },
+        direct_channels: 4,
     };
     let conns: Vec<u64> = (0..k as u64).map(|u| (1 << 40) + u * 4096).collect();
     match plan(c, &conns, &spans, dtype, opts) {
         Err(_) => {}
         Ok(Plan::Nothing) | Ok(Plan::Copy { .. }) => assert!(n == 0 || k == 1),
-        Ok(Plan::Launch { channels, sizing, aligned, works }) => {
+        Ok(Plan::Launch { channels, sizing, aligned, works, .. }) => {
             assert_eq!(works.len(), k);
             assert!((1..=32).contains(&channels));
             assert!(sizing.staging_bytes() <= buffer);

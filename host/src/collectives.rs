@@ -2,6 +2,7 @@
 //! GPU communicator and the CPU execution both implement, so that tests,
 //! benches and layers above (gradient synchronisation) are written once.
 
+use crate::algorithm::DIRECT_CHANNELS;
 use crate::config::CommConfig;
 use crate::cpu::{CpuBuffers, CpuCommunicator, HostBuffer};
 use crate::element::RsElement;
@@ -10,7 +11,7 @@ use crate::gpu::{Buffers, Communicator};
 use crate::planner::channels_for;
 use crate::ring::RingOrder;
 use cudarc::driver::CudaSlice;
-use ringreduce_kernels::{Collective, Op};
+use ringreduce_kernels::{Algorithm, Collective, Op};
 use std::ops::Range;
 
 /// One rank's part of a collective: element ranges of its buffers, with
@@ -54,6 +55,10 @@ pub trait Collectives {
     fn config(&self) -> &CommConfig;
     /// Channels each rank has; a call runs at most this many.
     fn max_channels(&self) -> usize;
+    /// The algorithm a call of `c` with count `n` of `T` runs (see
+    /// [`CommConfig::algorithm`]); an error for a forced direct algorithm
+    /// the call does not fit.
+    fn algorithm_for<T: RsElement>(&self, c: Collective, n: usize) -> Result<Algorithm>;
     /// A new buffer on rank `rank` holding `data`.
     fn upload<T: RsElement>(&self, rank: usize, data: &[T]) -> Result<Self::Buf<T>>;
     /// Elements of a buffer.
@@ -91,6 +96,9 @@ pub trait Collectives {
     /// The channels a call of `c` with count `n` of `T` runs: the
     /// configured number, or one chosen by size.
     fn channels_for<T: RsElement>(&self, c: Collective, n: usize) -> usize {
+        if matches!(self.algorithm_for::<T>(c, n), Ok(a) if a != Algorithm::Ring) {
+            return DIRECT_CHANNELS.min(self.max_channels() as u64) as usize;
+        }
         let requested = self.config().channels.map(u64::from);
         let size = std::mem::size_of::<T>() as u64;
         let max = self.max_channels() as u64;
@@ -172,6 +180,9 @@ impl Collectives for Communicator {
     fn max_channels(&self) -> usize {
         Communicator::max_channels(self)
     }
+    fn algorithm_for<T: RsElement>(&self, c: Collective, n: usize) -> Result<Algorithm> {
+        Communicator::algorithm_for::<T>(self, c, n)
+    }
     fn upload<T: RsElement>(&self, rank: usize, data: &[T]) -> Result<CudaSlice<T>> {
         Ok(self.streams()[rank].clone_htod(data)?)
     }
@@ -244,6 +255,9 @@ impl Collectives for CpuCommunicator {
     }
     fn max_channels(&self) -> usize {
         CpuCommunicator::max_channels(self)
+    }
+    fn algorithm_for<T: RsElement>(&self, c: Collective, n: usize) -> Result<Algorithm> {
+        CpuCommunicator::algorithm_for::<T>(self, c, n)
     }
     fn upload<T: RsElement>(&self, _rank: usize, data: &[T]) -> Result<HostBuffer<T>> {
         Ok(HostBuffer::from_slice(data))

@@ -1,5 +1,7 @@
 //! Communicator settings shared by the GPU and CPU communicators.
 
+use crate::algorithm::{Algo, ALGO_ENV, DEFAULT_DIRECT_HALF_BYTES};
+use crate::error::Result;
 use ringreduce_kernels::abi::GPU_THREADS;
 use ringreduce_kernels::plan::DEFAULT_BUFFER_BYTES;
 use std::time::Duration;
@@ -66,6 +68,15 @@ pub struct CommConfig {
     /// what stays co-resident (see [`CommConfig::channels`]). Results do not
     /// depend on it.
     pub channels: Option<u32>,
+    /// The algorithm of every call. `None` takes
+    /// [`ALGO_ENV`](crate::algorithm::ALGO_ENV) or else
+    /// [`Algo::Auto`]: direct for small messages, the ring beyond. A
+    /// forced direct algorithm refuses calls too large for its staging.
+    pub algorithm: Option<Algo>,
+    /// Bytes of each of the two halves of every rank's direct staging.
+    /// `None`: [`DEFAULT_DIRECT_HALF_BYTES`]; 0 allocates none (the ring
+    /// only).
+    pub direct_bytes: Option<u64>,
 }
 
 impl Default for CommConfig {
@@ -77,6 +88,8 @@ impl Default for CommConfig {
             watchdog: true,
             prefetch_rounds: None,
             channels: None,
+            algorithm: None,
+            direct_bytes: None,
         }
     }
 }
@@ -153,6 +166,33 @@ impl CommConfig {
     pub fn watchdog(mut self, on: bool) -> Self {
         self.watchdog = on;
         self
+    }
+
+    /// Sets the algorithm of every call (see [`CommConfig::algorithm`]).
+    pub fn algorithm(mut self, a: Algo) -> Self {
+        self.algorithm = Some(a);
+        self
+    }
+
+    /// Sets the bytes of each direct staging half (0: none).
+    pub fn direct_bytes(mut self, bytes: u64) -> Self {
+        self.direct_bytes = Some(bytes);
+        self
+    }
+
+    /// The algorithm in force: the config's, else [`ALGO_ENV`]'s, else
+    /// `Auto`. A name the variable cannot hold is an error at creation.
+    pub fn effective_algorithm(&self) -> Result<Algo> {
+        match (self.algorithm, std::env::var(ALGO_ENV)) {
+            (Some(a), _) => Ok(a),
+            (None, Ok(s)) => Algo::parse(&s),
+            (None, Err(_)) => Ok(Algo::Auto),
+        }
+    }
+
+    /// Bytes of each direct staging half.
+    pub fn effective_direct_bytes(&self) -> u64 {
+        self.direct_bytes.unwrap_or(DEFAULT_DIRECT_HALF_BYTES)
     }
 
     pub(crate) fn timeout_ns(&self) -> u64 {

@@ -99,6 +99,26 @@ pub enum Error {
         /// The device ordinal (0 for the CPU execution).
         device: usize,
     },
+    /// A forced direct algorithm whose call does not fit in a half of the
+    /// direct staging (see [`crate::CommConfig::direct_bytes`]).
+    #[error(
+        "a {algorithm} {collective} of this size needs {need} bytes of direct staging; the \
+         communicator has {have} per half (use the ring, or a larger direct_bytes)"
+    )]
+    DirectTooLarge {
+        /// The collective's name.
+        collective: &'static str,
+        /// The algorithm's name.
+        algorithm: &'static str,
+        /// Bytes of a staging half the call needs.
+        need: u64,
+        /// Bytes each half has.
+        have: u64,
+    },
+    /// An algorithm name (from `RINGREDUCE_ALGO` or a caller) that is not
+    /// `auto`, `ring`, `one-shot` or `two-shot`.
+    #[error("unknown algorithm {0:?}: use auto, ring, one-shot or two-shot")]
+    UnknownAlgorithm(String),
     /// Not one buffer pair per rank.
     #[error("{got} buffer pairs given for {k} ranks")]
     WrongBufferCount {
@@ -333,6 +353,21 @@ pub struct TimeoutInfo {
 
 impl std::fmt::Display for TimeoutInfo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.waiting_for == WaitKind::PeerReady {
+            return write!(
+                f,
+                "rank {} (channel {}) timed out after {} ms in phase {} of a direct collective, \
+                 waiting for {} from rank {} (flag expected {}, saw {})",
+                self.rank,
+                self.channel,
+                self.waited_ms,
+                self.step,
+                self.what,
+                self.peer,
+                self.expected,
+                self.seen
+            );
+        }
         write!(
             f,
             "rank {} (ring position {}, channel {}) timed out after {} ms at chunk {}, step {}, \

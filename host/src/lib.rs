@@ -24,9 +24,14 @@
 //!   `op` over all ranks' `send`, bitwise the same on every rank. In place:
 //!   `send == recv`.
 //!
-//! The fold order of every element is fixed by the ring and does not depend
-//! on the number of channels, so float results are deterministic run to
-//! run and identical between the GPU and the CPU execution.
+//! The fold order of every element is fixed by the algorithm and does not
+//! depend on the number of channels or on timing, so float results are
+//! deterministic run to run and identical between the GPU and the CPU
+//! execution. The ring folds in ring order; the direct algorithms (small
+//! messages, see [`Algo`]) fold in user-rank order `0..k`. So with `Auto`
+//! a float result can change in its last bits where the size crosses from
+//! one algorithm to the other; force one with [`CommConfig::algorithm`]
+//! where that matters.
 //!
 //! ## Arithmetic
 //! Integers wrap. Floats round to nearest even after every operation. `f16`
@@ -38,6 +43,7 @@
 
 #![deny(missing_docs)]
 
+pub mod algorithm;
 mod collectives;
 pub mod config;
 pub mod cpu;
@@ -60,6 +66,7 @@ pub mod internals {
     pub use crate::planner::*;
 }
 
+pub use algorithm::Algo;
 pub use collectives::{Collectives, Region};
 pub use config::CommConfig;
 pub use cpu::{CpuBuffers, CpuCommunicator, HostBuffer, HostView};
@@ -69,4 +76,4 @@ pub use gpu::{Buffers, Communicator, RawBuffers};
 pub use half;
 pub use ring::RingOrder;
 pub use ringreduce_kernels as kernels;
-pub use ringreduce_kernels::{Collective, Op, WaitKind};
+pub use ringreduce_kernels::{Algorithm, Collective, Op, WaitKind};

@@ -2,9 +2,13 @@
 //! collective's buffers into per-rank work. Pure functions over addresses,
 //! no GPU, shared by the GPU and the CPU communicators.
 
+use crate::algorithm::{choose, direct_layout, Algo};
 use crate::error::{Error, Result};
 use crate::ring::RingOrder;
-use ringreduce_kernels::abi::{ChannelConn, Collective, RankConn, RankInfo, Work, MAX_CHANNELS};
+use ringreduce_kernels::abi::{
+    Algorithm, ChannelConn, Collective, RankConn, RankInfo, Work, MAX_CHANNELS,
+};
+use ringreduce_kernels::plan::PACK_BYTES;
 use ringreduce_kernels::plan::{common_residue, needs_padding, Geometry, PlanError, Sizing};
 use ringreduce_kernels::DataType;
 
@@ -73,6 +77,10 @@ pub struct RankWiring {
     pub user_from_ring: u64,
     /// Each channel's state; every rank has the same number.
     pub channels: Vec<ChannelWiring>,
+    /// The table of every rank's direct staging and ready words
+    /// ([`ringreduce_kernels::DirectPeer`], user-rank order) as this rank's
+    /// kernel reads it; 0 without direct staging.
+    pub direct_peers: u64,
 }
 
 /// Communicator-wide settings that go into every rank's connection.
@@ -87,6 +95,8 @@ pub struct Static {
     pub system_scope: bool,
     /// Staging bytes per channel.
     pub staging_bytes: u64,
+    /// Bytes of each half of every rank's direct staging (0: none).
+    pub direct_half_bytes: u64,
 }
 
 /// Each user rank's connection: its ring neighbours' staging and flags,
@@ -110,6 +120,12 @@ pub fn connect(ring: &RingOrder, wiring: &[RankWiring], st: Static) -> Vec<RankC
             timeout_ns: st.timeout_ns,
             system_scope: st.system_scope as u64,
             staging_bytes: st.staging_bytes,
+            direct_peers: me.direct_peers,
+            direct_half_bytes: if me.direct_peers != 0 {
+                st.direct_half_bytes
+            } else {
+                0
+            },
         };
         for (ch, w) in me.channels.iter().enumerate().take(MAX_CHANNELS) {
             c.channels[ch] = ChannelConn {
@@ -121,6 +137,7 @@ pub fn connect(ring: &RingOrder, wiring: &[RankWiring], st: Static) -> Vec<RankC
                 prev_head: pred.channels[ch].head,
                 seq: 0,
                 status: w.status,
+                epoch: 0,
             };
         }
     }
@@ -142,6 +159,12 @@ pub struct CallOpts {
     pub prefetch_rounds: u64,
     /// Test hook: (rank, chunk, step) from which that rank drops signals.
     pub fault: Option<(usize, u64, u64)>,
+    /// The algorithm asked for.
+    pub algorithm: Algo,
+    /// Bytes of each direct staging half (0: the ring only).
+    pub direct_half_bytes: u64,
+    /// Channels of every direct call (see [`crate::algorithm::DIRECT_CHANNELS`]).
+    pub direct_channels: u64,
 }
 
 /// Bytes of a rank's input below which one more channel does not pay: a
@@ -189,6 +212,8 @@ pub enum Plan {
     },
     /// Launch `channels` blocks per rank; `works[u]` is user rank `u`'s.
     Launch {
+        /// The ring or a direct algorithm.
+        algorithm: Algorithm,
         /// Blocks per rank.
         channels: u64,
         /// The staging slots of the call.
@@ -371,8 +396,34 @@ pub fn plan(
             }
         });
     }
-    let channels = channels_for(c, k as u64, n, sz, opts.channels, opts.max_channels);
-    let geometry = Geometry::new(c, k as u64, n, sz, sizing.tile_elems, channels);
+    let k64 = k as u64;
+    let algorithm = choose(
+        c,
+        opts.algorithm,
+        k64,
+        n,
+        blocks.block_elems,
+        sz,
+        opts.direct_half_bytes,
+    )?;
+    let (channels, geometry, direct_result) = if algorithm == Algorithm::Ring {
+        let channels = channels_for(c, k64, n, sz, opts.channels, opts.max_channels);
+        let g = Geometry::new(c, k64, n, sz, sizing.tile_elems, channels);
+        (channels, g, 0)
+    } else {
+        // Shares of whole rows of packs (one per lane), so that every
+        // channel keeps the buffers' alignment.
+        let channels = opts.direct_channels.clamp(1, opts.max_channels.max(1));
+        let unit = (opts.threads * PACK_BYTES / sz).max(1);
+        let g = Geometry::new(c, k64, n, sz, unit, channels);
+        let layout =
+            direct_layout(c, algorithm, k64, n, g.block_elems, sz).ok_or(Error::Overflow {
+                k,
+                recvcount: n,
+                size: sz,
+            })?;
+        (channels, g, layout.result)
+    };
     let works = (0..k)
         .map(|u| {
             let (fault_chunk, fault_step) = match opts.fault {
@@ -392,10 +443,13 @@ pub fn plan(
                 prefetch_rounds: opts.prefetch_rounds,
                 fault_chunk,
                 fault_step,
+                algorithm: algorithm as u64,
+                direct_result,
             }
         })
         .collect();
     Ok(Plan::Launch {
+        algorithm,
         channels,
         sizing,
         aligned: residue.is_some(),

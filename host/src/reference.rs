@@ -3,7 +3,7 @@
 //! to the kernels'.
 
 use crate::ring::RingOrder;
-use ringreduce_kernels::abi::Collective;
+use ringreduce_kernels::abi::{Algorithm, Collective};
 use ringreduce_kernels::plan::Geometry;
 use ringreduce_kernels::{Element, Op};
 
@@ -100,7 +100,45 @@ pub fn all_reduce<T: Element>(inputs: &[&[T]], ring: &RingOrder, op: Op) -> Vec<
     vec![out; k]
 }
 
-/// The reference of any collective: each rank's output.
+/// The direct algorithms' reference: `op` over all ranks in user-rank
+/// order `0..k`, for every element; the all-gather is the ring's.
+pub fn direct<T: Element>(c: Collective, inputs: &[&[T]], op: Op) -> Vec<Vec<T>> {
+    let k = inputs.len();
+    if k == 0 {
+        return Vec::new();
+    }
+    let order: Vec<usize> = (0..k).collect();
+    match c {
+        Collective::AllGather => all_gather(inputs),
+        Collective::ReduceScatter => {
+            let n = inputs[0].len() / k;
+            (0..k)
+                .map(|u| par_map(n, |i| fold(inputs, &order, u * n + i, op)))
+                .collect()
+        }
+        Collective::AllReduce => {
+            let out = par_map(inputs[0].len(), |i| fold(inputs, &order, i, op));
+            vec![out; k]
+        }
+    }
+}
+
+/// The reference of collective `c` as `algorithm` computes it: each rank's
+/// output.
+pub fn collective_by<T: Element>(
+    c: Collective,
+    algorithm: Algorithm,
+    inputs: &[&[T]],
+    ring: &RingOrder,
+    op: Op,
+) -> Vec<Vec<T>> {
+    match algorithm {
+        Algorithm::Ring => collective(c, inputs, ring, op),
+        Algorithm::OneShot | Algorithm::TwoShot => direct(c, inputs, op),
+    }
+}
+
+/// The reference of any collective on the ring: each rank's output.
 pub fn collective<T: Element>(
     c: Collective,
     inputs: &[&[T]],
@@ -126,6 +164,26 @@ mod tests {
         assert_eq!(out, vec![vec![11, 22], vec![33, 44]]);
         let out = reduce_scatter(&[&a, &b], &RingOrder::identity(2), Op::Avg);
         assert_eq!(out, vec![vec![5, 11], vec![16, 22]]);
+    }
+
+    #[test]
+    fn direct_folds_in_user_rank_order() {
+        let x0 = [1e20f32, 1.0];
+        let x1 = [-1e20f32, 0.0];
+        let x2 = [1.0f32, 0.0];
+        let inputs: [&[f32]; 3] = [&x0, &x1, &x2];
+        // (1e20 + -1e20) + 1 = 1; the ring's order for block 0 would give 0.
+        let ar = direct(Collective::AllReduce, &inputs, Op::Sum);
+        assert_eq!(ar, vec![vec![1.0, 1.0]; 3]);
+        let ring = RingOrder::identity(3);
+        let by_ring = collective_by(
+            Collective::AllReduce,
+            Algorithm::Ring,
+            &inputs,
+            &ring,
+            Op::Sum,
+        );
+        assert_eq!(by_ring[0][0], 0.0);
     }
 
     #[test]

@@ -1,13 +1,14 @@
 //! What both communicators keep besides their memory: the ring, the
 //! configuration, whether an earlier error broke them, and test hooks.
 
+use crate::algorithm::{choose, Algo, DIRECT_CHANNELS};
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
 use crate::hooks::TestHooks;
 use crate::planner::{CallOpts, Static};
 use crate::ring::RingOrder;
 use crate::status::{first_error, rank_errors};
-use ringreduce_kernels::StatusRecord;
+use ringreduce_kernels::{Algorithm, Collective, Geometry, StatusRecord};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -18,6 +19,11 @@ pub(crate) struct CommState {
     pub max_channels: usize,
     /// Staging bytes per channel.
     pub staging_bytes: u64,
+    /// The algorithm asked for, read once at creation.
+    pub algorithm: Algo,
+    /// Bytes of each direct staging half every rank has (0: none, the
+    /// ring only).
+    pub direct_half_bytes: u64,
     broken: Mutex<Option<Error>>,
     /// Set by `abort()`: from then on every call reports `Aborted`, so a
     /// collective enqueued after the abort never runs, whatever the kernels
@@ -32,16 +38,19 @@ impl CommState {
         config: CommConfig,
         max_channels: usize,
         staging_bytes: u64,
-    ) -> Self {
-        CommState {
+        direct_half_bytes: u64,
+    ) -> Result<Self> {
+        Ok(CommState {
             ring,
+            direct_half_bytes,
+            algorithm: config.effective_algorithm()?,
             config,
             max_channels,
             staging_bytes,
             broken: Mutex::new(None),
             aborted: AtomicBool::new(false),
             hooks: Mutex::new(TestHooks::default()),
-        }
+        })
     }
 
     pub fn hooks(&self) -> TestHooks {
@@ -102,7 +111,24 @@ impl CommState {
             timeout_ns: self.config.timeout_ns(),
             system_scope,
             staging_bytes: self.staging_bytes,
+            direct_half_bytes: self.direct_half_bytes,
         }
+    }
+
+    /// The algorithm a call of `c` with count `n` of `size`-byte elements
+    /// runs (what the planner will choose).
+    pub fn algorithm_for(&self, c: Collective, n: u64, size: u64) -> Result<Algorithm> {
+        let k = self.ring.len() as u64;
+        let g = Geometry::new(c, k, n, size, 1, 1);
+        choose(
+            c,
+            self.algorithm,
+            k,
+            n,
+            g.block_elems,
+            size,
+            self.direct_half_bytes,
+        )
     }
 
     /// The settings of the next call, for `threads` producer lanes.
@@ -114,6 +140,9 @@ impl CommState {
             max_channels: self.max_channels as u64,
             prefetch_rounds: self.config.effective_prefetch_rounds(),
             fault: self.hooks().lost_signal,
+            algorithm: self.algorithm,
+            direct_half_bytes: self.direct_half_bytes,
+            direct_channels: DIRECT_CHANNELS.min(self.max_channels as u64),
         }
     }
 }

@@ -41,10 +41,11 @@ pub fn error_from_record(rec: &StatusRecord, ring: &RingOrder) -> Option<Error> 
                 sub: rec.sub,
                 waiting_for: kind,
                 what: kind.describe(),
-                peer: if kind.written_by_predecessor() {
-                    pred
-                } else {
-                    succ
+                peer: match kind {
+                    // A direct wait names its peer in the record's `sub`.
+                    WaitKind::PeerReady => rec.sub as usize,
+                    k if k.written_by_predecessor() => pred,
+                    _ => succ,
                 },
                 expected: rec.expected,
                 seen: rec.seen,

@@ -84,6 +84,65 @@ impl Collective {
     }
 }
 
+/// How a collective moves its data. The value travels in
+/// [`Work::algorithm`].
+#[repr(u64)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Algorithm {
+    /// The ring: `k - 1` (or `2k - 2`) neighbour steps through staging,
+    /// for bandwidth.
+    Ring = 0,
+    /// Direct, one shot: every rank stages its input where every peer can
+    /// read it, raises one flag, then reads what it needs from all peers
+    /// and folds it in user-rank order: one round of flags, for latency.
+    OneShot = 1,
+    /// Direct, two shots (all-reduce only): a direct reduce-scatter whose
+    /// blocks each rank then reads from its peers: two rounds of flags,
+    /// and each rank reads `2n` instead of `k n`.
+    TwoShot = 2,
+}
+
+impl Algorithm {
+    pub const ALL: [Algorithm; 3] = [Algorithm::Ring, Algorithm::OneShot, Algorithm::TwoShot];
+
+    pub fn from_u64(v: u64) -> Option<Self> {
+        Some(match v {
+            0 => Algorithm::Ring,
+            1 => Algorithm::OneShot,
+            2 => Algorithm::TwoShot,
+            _ => return None,
+        })
+    }
+
+    /// The name the bench, the environment variable and the errors use.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Algorithm::Ring => "ring",
+            Algorithm::OneShot => "one-shot",
+            Algorithm::TwoShot => "two-shot",
+        }
+    }
+}
+
+/// Bytes between one rank's channels' ready words in its direct flags: a
+/// line each, so that peers polling different channels do not share one.
+pub const DIRECT_FLAG_STRIDE: u64 = 128;
+
+/// Where a peer's direct staging and ready words are, as every rank's
+/// kernel reads them: `k` of these, in user-rank order, at
+/// [`RankInfo::direct_peers`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DirectPeer {
+    /// The peer's direct staging: two halves of
+    /// [`RankInfo::direct_half_bytes`], used by alternate calls.
+    pub area: u64,
+    /// The peer's channel 0 ready word; channel `c`'s is
+    /// [`DIRECT_FLAG_STRIDE`]` * c` bytes further. It counts the peer's
+    /// direct phases (two per call), so it only grows.
+    pub ready: u64,
+}
+
 /// One channel of one rank, as its peers are wired to it. Written to
 /// device memory once, when the communicator is created; only `seq` changes
 /// afterwards, and only the channel's own control lane writes it.
@@ -114,6 +173,10 @@ pub struct ChannelConn {
     pub seq: u64,
     /// Host-visible [`StatusRecord`] of this rank and channel (0: none).
     pub status: u64,
+    /// Direct calls this channel has run since the communicator was
+    /// created; its ready word reaches `2 * epoch` after each. Kernel-owned,
+    /// so a captured CUDA graph replays with fresh values.
+    pub epoch: u64,
 }
 
 /// One rank's constants, written to device memory once, when the
@@ -137,6 +200,11 @@ pub struct RankInfo {
     pub system_scope: u64,
     /// Bytes of staging per channel.
     pub staging_bytes: u64,
+    /// Address of `k` [`DirectPeer`]s in user-rank order (0: no direct
+    /// algorithms).
+    pub direct_peers: u64,
+    /// Bytes of each half of every rank's direct staging.
+    pub direct_half_bytes: u64,
 }
 
 impl RankInfo {
@@ -198,6 +266,11 @@ pub struct Work {
     /// this rank's "new data" signals are dropped. `u64::MAX` disables it.
     pub fault_chunk: u64,
     pub fault_step: u64,
+    /// An [`Algorithm`].
+    pub algorithm: u64,
+    /// Direct algorithms: byte offset, in a staging half, of the two-shot
+    /// all-reduce's reduced blocks (after the staged input).
+    pub direct_result: u64,
 }
 
 /// How a rank's kernel ended.
@@ -230,6 +303,9 @@ pub enum WaitKind {
     /// The predecessor's tail: the slice we are about to read must have
     /// arrived.
     NewData = 2,
+    /// A peer's direct ready word (the peer's user rank is in the record's
+    /// `sub`): its staged data for this phase must be there.
+    PeerReady = 3,
 }
 
 impl WaitKind {
@@ -237,6 +313,7 @@ impl WaitKind {
         Some(match v {
             1 => WaitKind::SlotFree,
             2 => WaitKind::NewData,
+            3 => WaitKind::PeerReady,
             _ => return None,
         })
     }
@@ -250,6 +327,7 @@ impl WaitKind {
         match self {
             WaitKind::SlotFree => "the successor to free a staging slot",
             WaitKind::NewData => "the predecessor's new-data signal",
+            WaitKind::PeerReady => "a peer's direct ready signal",
         }
     }
 }

@@ -22,7 +22,7 @@ macro_rules! entry {
         pub mod $on {
             #[export_name = $crate::entry_name!($tn, $on)]
             pub unsafe extern "ptx-kernel" fn entry(w: $crate::abi::Work) {
-                $crate::engine::run::<
+                $crate::entry::run::<
                     super::super::Block,
                     $t,
                     $crate::op::$op,

@@ -7,9 +7,11 @@
 //! * the host, where `ringreduce` implements them with OS threads and runs
 //!   the very same [`engine::run`] (the CPU execution).
 //!
-//! It reads top down: a collective's [`schedule`], the ring [`engine`] that
-//! runs any schedule, the step [`primitives`] and their one [`transfer`]
-//! loop, the [`flags`] protocol, and the [`Device`] intrinsics. The ABI
+//! It reads top down: [`entry`] picks the algorithm; a collective's
+//! [`schedule`], the ring [`engine`] that runs any schedule, the step
+//! [`primitives`] and their one [`transfer`] loop; or the [`direct`]
+//! collectives over the same loops; then the [`flags`] protocol and the
+//! [`Device`] intrinsics. The ABI
 //! ([`abi`]) and every sizing and padding rule ([`plan`]) live here, so
 //! host and kernel cannot disagree on them.
 #![no_std]
@@ -25,8 +27,10 @@ pub const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
 pub mod abi;
 pub mod arch;
 pub mod device;
+pub mod direct;
 pub mod element;
 pub mod engine;
+pub mod entry;
 pub mod flags;
 pub mod op;
 pub mod plan;
@@ -39,7 +43,8 @@ pub mod transfer;
 mod kernels;
 
 pub use abi::{
-    ChannelConn, Collective, RankConn, RankInfo, StatusRecord, WaitKind, WaitOutcome, Work,
+    Algorithm, ChannelConn, Collective, DirectPeer, RankConn, RankInfo, StatusRecord, WaitKind,
+    WaitOutcome, Work,
 };
 pub use device::{Device, Handoff, Scope};
 pub use element::{DataType, Element};

@@ -234,3 +234,123 @@ unsafe fn scalar<T: Element, O: ReduceOp, const THREADS: u64, const MODE: u8, co
         e += THREADS;
     }
 }
+
+/// `op`'s last step over a pack, lane by lane (`Avg`'s division).
+#[inline(always)]
+fn finish_pack<T: Element, O: ReduceOp>(v: [u32; 4], k: u32) -> [u32; 4] {
+    // SAFETY: `T::Pack` is 16 bytes of plain data, like `[u32; 4]`.
+    let mut o: T::Pack = unsafe { core::mem::transmute_copy(&v) };
+    for x in o.as_mut().iter_mut() {
+        *x = O::finish(*x, k);
+    }
+    // SAFETY: as above.
+    unsafe { core::mem::transmute_copy(&o) }
+}
+
+/// Folds `sources` inputs into `dst` (and `dst2` when `DST2`), striped over
+/// `THREADS` producer lanes: `dst[i] = src(0)[i] op src(1)[i] op ...`, in
+/// that order whatever the lane, then finished when `FINISH`. One source
+/// copies. The direct collectives are made of it: their fold order is the
+/// user-rank order, so every rank's result has the same bits.
+///
+/// When `aligned`, every source shares `dst`'s address modulo
+/// [`PACK_BYTES`] and the body moves `UNROLL` packs per lane and source.
+///
+/// # Safety
+/// `src(u)` for `u < sources` and the destinations must be valid for `n`
+/// elements; a destination must not overlap a source.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub unsafe fn fold<
+    D: Device,
+    T: Element,
+    O: ReduceOp,
+    const THREADS: u64,
+    const FINISH: bool,
+    const DST2: bool,
+>(
+    d: &D,
+    tid: u64,
+    dst: *mut T,
+    dst2: *mut T,
+    src: impl Fn(u64) -> *const T,
+    sources: u64,
+    n: u64,
+    aligned: bool,
+    k: u32,
+) {
+    let sz = size_of::<T>() as u64;
+    let one = |e: u64| {
+        let mut acc = src(0).add(e as usize).read();
+        for u in 1..sources {
+            acc = O::apply(acc, src(u).add(e as usize).read());
+        }
+        let v = if FINISH { O::finish(acc, k) } else { acc };
+        dst.add(e as usize).write(v);
+        if DST2 {
+            dst2.add(e as usize).write(v);
+        }
+    };
+    let head = if aligned {
+        let mis = (dst as u64) % PACK_BYTES;
+        if mis == 0 {
+            0
+        } else {
+            ((PACK_BYTES - mis) / sz).min(n)
+        }
+    } else {
+        n
+    };
+    let mut e = tid;
+    while e < head {
+        one(e);
+        e += THREADS;
+    }
+    if head == n {
+        return;
+    }
+    let lanes = PACK_BYTES / sz;
+    let packs = (n - head) / lanes;
+    let byte = |p: *const T| p.add(head as usize) as *const u8;
+    let pd = dst.add(head as usize) as *mut u8;
+    let pd2 = dst2.wrapping_add(head as usize) as *mut u8;
+    let at = |p: u64| (p * PACK_BYTES) as usize;
+    let round = UNROLL * THREADS;
+    let mut p = tid;
+    while p + (UNROLL - 1) * THREADS < packs {
+        let s0 = byte(src(0));
+        let mut acc = unroll8!(u => d.load_pack(s0.add(at(p + u * THREADS))));
+        for q in 1..sources {
+            let sq = byte(src(q));
+            let x = unroll8!(u => d.load_pack(sq.add(at(p + u * THREADS))));
+            acc = unroll8!(u => combine_pack::<T, O, REDUCE>(acc[u as usize], x[u as usize], k));
+        }
+        if FINISH {
+            acc = unroll8!(u => finish_pack::<T, O>(acc[u as usize], k));
+        }
+        unroll8!(u => d.store_pack(pd.add(at(p + u * THREADS)), acc[u as usize]));
+        if DST2 {
+            unroll8!(u => d.store_pack(pd2.add(at(p + u * THREADS)), acc[u as usize]));
+        }
+        p += round;
+    }
+    while p < packs {
+        let mut acc = d.load_pack(byte(src(0)).add(at(p)));
+        for q in 1..sources {
+            acc = combine_pack::<T, O, REDUCE>(acc, d.load_pack(byte(src(q)).add(at(p))), k);
+        }
+        if FINISH {
+            acc = finish_pack::<T, O>(acc, k);
+        }
+        d.store_pack(pd.add(at(p)), acc);
+        if DST2 {
+            d.store_pack(pd2.add(at(p)), acc);
+        }
+        p += THREADS;
+    }
+    let mut e = head + packs * lanes + tid;
+    while e < n {
+        one(e);
+        e += THREADS;
+    }
+}

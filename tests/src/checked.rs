@@ -3,7 +3,7 @@
 //! included) compared bit for bit with the sequential reference.
 
 use crate::data::{Gen, Rng};
-use ringreduce::{reference, Collective, Collectives, Op, Region, Result, RingOrder};
+use ringreduce::{reference, Algorithm, Collective, Collectives, Op, Region, Result, RingOrder};
 
 /// One collective to run: user rank `u` sends `inputs[u]`, placed
 /// `send_off[u]` elements into its buffer; out of place, `recv` sits
@@ -61,13 +61,13 @@ struct Layout<T> {
     recv_want: Vec<Vec<T>>,
 }
 
-fn layout<T: Gen>(spec: &Spec<T>, ring: &RingOrder, seed: u64) -> Layout<T> {
+fn layout<T: Gen>(spec: &Spec<T>, ring: &RingOrder, algorithm: Algorithm, seed: u64) -> Layout<T> {
     let k = spec.inputs.len();
     let (c, n) = (spec.collective, spec.n);
     let (send_len, recv_len) = lengths(c, k, n);
     let mut rng = Rng(seed ^ 0x5eed);
     let refs: Vec<&[T]> = spec.inputs.iter().map(|v| v.as_slice()).collect();
-    let want = reference::collective(c, &refs, ring, spec.op);
+    let want = reference::collective_by(c, algorithm, &refs, ring, spec.op);
     let mut l = Layout {
         send_init: vec![],
         recv_init: vec![],
@@ -137,7 +137,8 @@ pub fn submit<'a, C: Collectives, T: Gen>(
     let k = comm.k();
     let (c, n) = (spec.collective, spec.n);
     let (send_len, recv_len) = lengths(c, k, n);
-    let l = layout(&spec, comm.ring_order(), seed);
+    let algorithm = comm.algorithm_for::<T>(c, n)?;
+    let l = layout(&spec, comm.ring_order(), algorithm, seed);
     let mut send = Vec::with_capacity(k);
     let mut recv = Vec::with_capacity(k);
     for u in 0..k {

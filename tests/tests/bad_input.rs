@@ -363,6 +363,9 @@ fn opts(buffer_bytes: u64, threads: u64) -> CallOpts {
         max_channels: 1,
         prefetch_rounds: 0,
         fault: None,
+        algorithm: ringreduce::Algo::Ring,
+        direct_half_bytes: 0,
+        direct_channels: 1,
     }
 }
 
@@ -491,6 +494,7 @@ fn connections_wire_the_ring() {
                     status: 0,
                 })
                 .collect(),
+            direct_peers: 0,
         })
         .collect();
     for system_scope in [false, true] {

@@ -4,7 +4,9 @@
 use proptest::prelude::*;
 use ringreduce::kernels::abi::CPU_THREADS;
 use ringreduce::kernels::plan::{PACK_BYTES, STAGING_SLOTS, UNROLL};
-use ringreduce::{Collective, CommConfig, CpuCommunicator, DataType, Op};
+use ringreduce::{
+    Algo, Collective, CommConfig, CpuBuffers, CpuCommunicator, DataType, HostBuffer, Op,
+};
 use ringreduce_tests::cases::{matrix, Case, Offsets, COUNTS};
 use ringreduce_tests::{run_case, shuffled};
 
@@ -66,6 +68,61 @@ fn all_gather_matrix() {
 #[test]
 fn all_reduce_matrix() {
     matrix_of(Collective::AllReduce);
+}
+
+/// Every collective with each algorithm forced (the ring, one-shot and
+/// two-shot), identity and shuffled rings: each result against the
+/// reference of that algorithm's fold order, so every rank's all-reduce is
+/// the same vector, bit for bit.
+#[test]
+fn every_algorithm_forced() {
+    for algo in [Algo::Ring, Algo::OneShot, Algo::TwoShot] {
+        let mut total = 0;
+        for c in Collective::ALL {
+            for k in [2usize, 3, 5, 8] {
+                let mut cfg = CommConfig::default().algorithm(algo).direct_bytes(8 << 20);
+                if k >= 3 {
+                    cfg = cfg.ring_order(shuffled(k));
+                }
+                total += run_all(&comm(k, cfg), &matrix(c, k, &COUNTS, 11)).0;
+            }
+        }
+        println!("cpu {} forced: {total} collectives, 0 wrong", algo.name());
+    }
+}
+
+/// A forced direct algorithm refuses a call its staging cannot hold, with
+/// a typed error and nothing written; `Auto` runs the ring instead.
+#[test]
+fn forced_direct_too_large_is_refused() {
+    let k = 2;
+    let n = 4096;
+    let cfg = CommConfig::default()
+        .algorithm(Algo::OneShot)
+        .direct_bytes(1024);
+    let comm = comm(k, cfg);
+    let send: Vec<HostBuffer<f32>> = (0..k)
+        .map(|r| HostBuffer::from_slice(&vec![r as f32 + 1.0; n]))
+        .collect();
+    let recv: Vec<HostBuffer<f32>> = (0..k)
+        .map(|_| HostBuffer::from_slice(&vec![-7.0; n]))
+        .collect();
+    let bufs: Vec<CpuBuffers<f32>> = (0..k)
+        .map(|u| CpuBuffers::out_of_place(send[u].as_view(), recv[u].as_view()))
+        .collect();
+    match comm.all_reduce(&bufs, Op::Sum) {
+        Err(ringreduce::Error::DirectTooLarge { need, have, .. }) => {
+            assert!(need > have && have == 1024)
+        }
+        other => panic!("expected DirectTooLarge, got {other:?}"),
+    }
+    comm.synchronize().unwrap();
+    assert!(recv.iter().all(|r| r.to_vec() == vec![-7.0; n]));
+    // Auto runs the ring for what direct staging cannot hold.
+    let auto = self::comm(k, CommConfig::default().direct_bytes(1024));
+    auto.all_reduce(&bufs, Op::Sum).unwrap();
+    auto.synchronize().unwrap();
+    assert!(recv.iter().all(|r| r.to_vec() == vec![3.0; n]));
 }
 
 /// Channels C = 1..4 on counts that give every channel data, for every

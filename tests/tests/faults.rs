@@ -5,7 +5,7 @@
 use ringreduce::kernels::abi::CPU_THREADS;
 use ringreduce::kernels::plan::{tile_bytes, PACK_BYTES, STAGING_SLOTS};
 use ringreduce::{
-    Collective, CommConfig, CpuBuffers, CpuCommunicator, Error, HostBuffer, Op, WaitKind,
+    Algo, Collective, CommConfig, CpuBuffers, CpuCommunicator, Error, HostBuffer, Op, WaitKind,
 };
 use ringreduce_tests::checked::lengths;
 use std::time::{Duration, Instant};
@@ -56,20 +56,26 @@ fn healthy_again(k: usize) {
     assert_eq!(recv[0].to_vec(), want);
 }
 
+/// The algorithms a fault test runs: the ring and each direct form.
+const ALGOS: [Algo; 3] = [Algo::Ring, Algo::OneShot, Algo::TwoShot];
+
 #[test]
 fn missing_rank_times_out_and_names_it() {
-    for c in Collective::ALL {
-        missing_rank(c);
+    for a in ALGOS {
+        for c in Collective::ALL {
+            missing_rank(c, a);
+        }
     }
 }
 
-fn missing_rank(c: Collective) {
+fn missing_rank(c: Collective, algo: Algo) {
     let k = 5;
     let missing = 2;
     let timeout = Duration::from_millis(800);
     let cfg = CommConfig::default()
         .timeout(timeout)
-        .buffer_bytes(small_staging(2));
+        .buffer_bytes(small_staging(2))
+        .algorithm(algo);
     let comm = CpuCommunicator::with_config(k, cfg).unwrap();
     comm.withhold_rank(Some(missing));
     let (send, recv) = buffers_for(c, k, 50_000);
@@ -79,7 +85,11 @@ fn missing_rank(c: Collective) {
         .synchronize()
         .expect_err("a missing rank must time out");
     let took = t0.elapsed();
-    println!("{} missing rank: error after {took:?}: {err}", c.name());
+    println!(
+        "{} {} missing rank: error after {took:?}: {err}",
+        algo.name(),
+        c.name()
+    );
     assert!(took < timeout + Duration::from_secs(1), "took {took:?}");
     // The reported error points at the missing rank.
     assert!(
@@ -98,6 +108,15 @@ fn missing_rank(c: Collective) {
             .as_ref()
             .unwrap_or_else(|| panic!("rank {u} reported nothing"));
         assert!(matches!(e, Error::Timeout(_)), "rank {u}: {e}");
+        if algo != Algo::Ring {
+            // Every rank waits on every peer's ready word directly.
+            assert!(
+                matches!(e, Error::Timeout(t) if t.peer == missing
+                    && t.waiting_for == WaitKind::PeerReady),
+                "{e}"
+            );
+            continue;
+        }
         if u == pred {
             // It stalls either on the missing rank's full staging ring or,
             // sooner, on data from upstream, which itself waits on it.
@@ -121,20 +140,25 @@ fn missing_rank(c: Collective) {
 
 #[test]
 fn abort_from_another_thread_ends_every_rank() {
-    for c in Collective::ALL {
-        abort_from_another_thread(c);
+    for a in ALGOS {
+        for c in Collective::ALL {
+            abort_from_another_thread(c, a);
+        }
     }
 }
 
-fn abort_from_another_thread(c: Collective) {
+fn abort_from_another_thread(c: Collective, algo: Algo) {
     let k = 4;
     let cfg = CommConfig::default()
         .timeout(Duration::from_secs(60))
-        .buffer_bytes(small_staging(2));
+        .buffer_bytes(small_staging(2))
+        .algorithm(algo);
     let comm = CpuCommunicator::with_config(k, cfg).unwrap();
     // A rank that never comes keeps the collective running until aborted.
     comm.withhold_rank(Some(3));
-    let (send, recv) = buffers_for(c, k, 200_000);
+    // Direct calls must fit their staging: a smaller count there.
+    let n = if algo == Algo::Ring { 200_000 } else { 20_000 };
+    let (send, recv) = buffers_for(c, k, n);
     comm.collective(c, &bufs(&send, &recv), Op::Sum).unwrap();
     let t_abort = std::thread::scope(|s| {
         let h = s.spawn(|| {
@@ -149,7 +173,8 @@ fn abort_from_another_thread(c: Collective) {
         t.elapsed()
     });
     println!(
-        "{} abort: all ranks returned {t_abort:?} after abort()",
+        "{} {} abort: all ranks returned {t_abort:?} after abort()",
+        algo.name(),
         c.name()
     );
     assert!(t_abort < Duration::from_secs(1));
@@ -193,7 +218,46 @@ fn abort_before_the_enqueue_refuses_the_collective_1000_of_1000() {
 fn lost_signal_is_a_timeout_naming_the_step() {
     for c in Collective::ALL {
         lost_signal(c);
+        for a in [Algo::OneShot, Algo::TwoShot] {
+            lost_ready_signal(c, a);
+        }
     }
+}
+
+/// A direct rank whose ready word never rises in phase `step`: every
+/// peer times out in that phase, naming it, and nothing is half-written
+/// on the next communicator.
+#[cfg(feature = "fault-injection")]
+fn lost_ready_signal(c: Collective, algo: Algo) {
+    let k = 4;
+    let timeout = Duration::from_millis(500);
+    let cfg = CommConfig::default().timeout(timeout).algorithm(algo);
+    let comm = CpuCommunicator::with_config(k, cfg).unwrap();
+    // The two-shot all-reduce loses its second round; the others their one.
+    let step = (c == Collective::AllReduce && algo == Algo::TwoShot) as u64;
+    let faulty = 1usize;
+    comm.inject_lost_signal(faulty, 0, step);
+    let (send, recv) = buffers_for(c, k, 3000);
+    comm.collective(c, &bufs(&send, &recv), Op::Sum).unwrap();
+    let err = comm.synchronize().expect_err("a lost signal must time out");
+    println!("{} {} lost ready signal: {err}", algo.name(), c.name());
+    match &err {
+        Error::Timeout(t) => {
+            assert_eq!(t.peer, faulty);
+            assert_eq!(t.waiting_for, WaitKind::PeerReady);
+            assert_eq!(t.step, step);
+        }
+        e => panic!("expected a timeout, got {e}"),
+    }
+    for (u, e) in comm.rank_errors().iter().enumerate() {
+        if u != faulty {
+            assert!(
+                matches!(e, Some(Error::Timeout(t)) if t.peer == faulty),
+                "rank {u}: {e:?}"
+            );
+        }
+    }
+    healthy_again(k);
 }
 
 #[cfg(feature = "fault-injection")]
@@ -204,7 +268,8 @@ fn lost_signal(c: Collective) {
     let cfg = CommConfig::default()
         .timeout(timeout)
         .buffer_bytes(small_staging(1))
-        .channels(1);
+        .channels(1)
+        .algorithm(Algo::Ring);
     let comm = CpuCommunicator::with_config(k, cfg).unwrap();
     let (faulty, chunk, step) = (1usize, 2u64, 1u64);
     comm.inject_lost_signal(faulty, chunk, step);

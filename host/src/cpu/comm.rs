@@ -8,8 +8,10 @@ use crate::error::{Error, Result};
 use crate::planner::{connect, plan, BufferSpan, ChannelWiring, Plan, RankWiring};
 use crate::ring::RingOrder;
 use crate::state::CommState;
-use ringreduce_kernels::abi::{Collective, RankConn, Work, CPU_THREADS, MAX_CHANNELS};
-use ringreduce_kernels::engine;
+use ringreduce_kernels::abi::{
+    Collective, DirectPeer, RankConn, Work, CPU_THREADS, DIRECT_FLAG_STRIDE, MAX_CHANNELS,
+};
+use ringreduce_kernels::entry;
 use ringreduce_kernels::plan::DEFAULT_BUFFER_BYTES;
 use ringreduce_kernels::{Avg, Element, Max, Min, Op, Prod, ReduceOp, StatusRecord, Sum};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -70,6 +72,10 @@ struct CpuRank {
     channels: Vec<CpuChannel>,
     user_from_ring: Box<[u32]>,
     conn: Box<std::cell::UnsafeCell<RankConn>>,
+    /// The direct staging (two halves) and the channels' ready words, a
+    /// line apart.
+    direct: Option<Arc<HostMem>>,
+    ready: Box<[AtomicU64]>,
 }
 
 // SAFETY: `conn` is written by the planner before any job runs and
@@ -78,6 +84,11 @@ unsafe impl Sync for CpuRank {}
 
 struct Inner {
     ranks: Vec<CpuRank>,
+    /// Every rank's direct staging and ready words, in user-rank order: the
+    /// table each rank's kernel code reads through a raw pointer, so it is
+    /// only held here (empty without direct staging).
+    #[allow(dead_code)]
+    direct_peers: Box<[DirectPeer]>,
     abort: Box<AtomicU64>,
     state: CommState,
 }
@@ -141,8 +152,12 @@ impl CpuCommunicator {
             Some(c) => c as usize,
             None => CPU_AUTO_CHANNELS,
         };
+        let half = config.effective_direct_bytes();
+        let ready_words = MAX_CHANNELS * (DIRECT_FLAG_STRIDE / 8) as usize;
         let ranks: Vec<CpuRank> = (0..k)
             .map(|_| CpuRank {
+                direct: (half > 0).then(|| HostMem::new(2 * half as usize)),
+                ready: (0..ready_words).map(|_| AtomicU64::new(0)).collect(),
                 channels: (0..channels)
                     .map(|_| CpuChannel {
                         staging: HostMem::new(staging as usize),
@@ -155,6 +170,22 @@ impl CpuCommunicator {
             })
             .collect();
         let abort = Box::new(AtomicU64::new(0));
+        let direct_peers: Box<[DirectPeer]> = if half > 0 {
+            ranks
+                .iter()
+                .map(|r| DirectPeer {
+                    area: r.direct.as_ref().map_or(0, |m| m.addr()),
+                    ready: r.ready.as_ptr() as u64,
+                })
+                .collect()
+        } else {
+            Box::new([])
+        };
+        let peers_at = if half > 0 {
+            direct_peers.as_ptr() as u64
+        } else {
+            0
+        };
         let wiring: Vec<RankWiring> = ranks
             .iter()
             .map(|r| RankWiring {
@@ -169,9 +200,10 @@ impl CpuCommunicator {
                         status: c.status.as_ptr() as u64,
                     })
                     .collect(),
+                direct_peers: peers_at,
             })
             .collect();
-        let state = CommState::new(ring, config, channels, staging);
+        let state = CommState::new(ring, config, channels, staging, half)?;
         let conns = connect(
             &state.ring,
             &wiring,
@@ -184,6 +216,7 @@ impl CpuCommunicator {
         let inner = Arc::new(Inner {
             state,
             ranks,
+            direct_peers,
             abort,
         });
         let workers = (0..k)
@@ -216,6 +249,19 @@ impl CpuCommunicator {
     /// The configuration it was created with.
     pub fn config(&self) -> &CommConfig {
         &self.inner.state.config
+    }
+
+    /// The algorithm a call of `c` with count `n` of `T` runs: the
+    /// configured one, or the automatic choice by size (see
+    /// [`CommConfig::algorithm`](crate::CommConfig::algorithm)).
+    pub fn algorithm_for<T: crate::RsElement>(
+        &self,
+        c: Collective,
+        n: usize,
+    ) -> Result<ringreduce_kernels::Algorithm> {
+        self.inner
+            .state
+            .algorithm_for(c, n as u64, std::mem::size_of::<T>() as u64)
     }
 
     /// Channels each rank has; a call uses at most this many.
@@ -453,7 +499,7 @@ fn run_lanes<T: Element, O: ReduceOp>(w: &Work) {
                     };
                     // SAFETY: `w` comes from the planner for this
                     // communicator, whose memory outlives the job.
-                    unsafe { engine::run::<Lane<'_>, T, O, CPU_THREADS>(&lane, w) }
+                    unsafe { entry::run::<Lane<'_>, T, O, CPU_THREADS>(&lane, w) }
                 });
             }
         }

@@ -137,6 +137,19 @@ impl Communicator {
         &self.streams
     }
 
+    /// The algorithm a call of `c` with count `n` of `T` runs: the
+    /// configured one, or the automatic choice by size (see
+    /// [`CommConfig::algorithm`](crate::CommConfig::algorithm)).
+    pub fn algorithm_for<T: crate::RsElement>(
+        &self,
+        c: Collective,
+        n: usize,
+    ) -> Result<ringreduce_kernels::Algorithm> {
+        self.inner
+            .state
+            .algorithm_for(c, n as u64, std::mem::size_of::<T>() as u64)
+    }
+
     /// Channels each rank has; a call uses at most this many.
     pub fn max_channels(&self) -> usize {
         self.inner.state.max_channels

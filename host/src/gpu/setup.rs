@@ -11,7 +11,9 @@ use crate::ring::RingOrder;
 use crate::state::CommState;
 use crate::topology::{check_ring, ring_from_topology};
 use cudarc::driver::{result, sys, CudaContext, CudaStream};
-use ringreduce_kernels::abi::{RankConn, BLOCK_THREADS, GPU_THREADS, MAX_CHANNELS};
+use ringreduce_kernels::abi::{
+    DirectPeer, RankConn, BLOCK_THREADS, DIRECT_FLAG_STRIDE, GPU_THREADS, MAX_CHANNELS,
+};
 use ringreduce_kernels::{DataType, StatusRecord};
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap};
@@ -46,6 +48,10 @@ pub struct Rank {
     pub user_from_ring: DeviceAlloc,
     /// The [`RankConn`] the kernel reads.
     pub conn: DeviceAlloc,
+    /// The direct staging (two halves), the channels' ready words
+    /// ([`DIRECT_FLAG_STRIDE`] apart) and the table of every rank's
+    /// ([`DirectPeer`]s); `None` without direct staging.
+    pub direct: Option<[DeviceAlloc; 3]>,
 }
 
 /// Everything a communicator owns.
@@ -99,6 +105,14 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
     let table: Vec<u8> = ufr.iter().flat_map(|u| u.to_ne_bytes()).collect();
     let buffer = config.gpu_staging_bytes(most_here * max_channels);
     let stride = staging_stride(buffer);
+    // Direct collectives read every peer's staging; across devices that
+    // needs peer access between every pair, which is not set up yet, so
+    // ranks that span devices use the ring only.
+    let half = if ctxs.len() > 1 {
+        0
+    } else {
+        config.effective_direct_bytes()
+    };
     let mut ranks = Vec::with_capacity(k);
     for &d in devices {
         let ctx = &ctxs[&d];
@@ -111,7 +125,36 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
             flags: DeviceAlloc::zeroed(ctx, (FLAG_STRIDE * max_channels as u64) as usize)?,
             user_from_ring,
             conn: DeviceAlloc::zeroed(ctx, std::mem::size_of::<RankConn>())?,
+            direct: if half > 0 {
+                Some([
+                    DeviceAlloc::zeroed(ctx, (2 * half) as usize)?,
+                    DeviceAlloc::zeroed(ctx, (DIRECT_FLAG_STRIDE * max_channels as u64) as usize)?,
+                    DeviceAlloc::zeroed(ctx, k * std::mem::size_of::<DirectPeer>())?,
+                ])
+            } else {
+                None
+            },
         });
+    }
+    let peers: Vec<DirectPeer> = ranks
+        .iter()
+        .filter_map(|r| r.direct.as_ref())
+        .map(|[area, ready, _]| DirectPeer {
+            area: area.ptr,
+            ready: ready.ptr,
+        })
+        .collect();
+    for [_, _, table] in ranks.iter().filter_map(|r| r.direct.as_ref()) {
+        // SAFETY: `DirectPeer` is plain `repr(C)` data and the allocation
+        // holds exactly `k` of them.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                peers.as_ptr() as *const u8,
+                std::mem::size_of_val(peers.as_slice()),
+            )
+        };
+        // SAFETY: as above.
+        unsafe { result::memcpy_htod_sync(table.ptr, bytes)? };
     }
     // Portable, and at one address in every context (unified addressing),
     // so every rank's kernel reaches the same words.
@@ -132,10 +175,11 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
                     status: status0 + ((u * max_channels) as u64 + c) * record_bytes,
                 })
                 .collect(),
+            direct_peers: r.direct.as_ref().map_or(0, |[_, _, table]| table.ptr),
         })
         .collect();
     let spans = ctxs.len() > 1;
-    let state = CommState::new(ring, config, max_channels, buffer);
+    let state = CommState::new(ring, config, max_channels, buffer, half)?;
     let conns = connect(&state.ring, &wiring, state.statics(host.device, spans));
     for (r, c) in ranks.iter().zip(&conns) {
         // SAFETY: `RankConn` is plain `repr(C)` data and the allocation

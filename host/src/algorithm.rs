@@ -1,0 +1,258 @@
+//! Which algorithm a collective runs: the user's choice, the automatic
+//! rule, and what a direct algorithm needs of the direct staging. Pure
+//! functions, shared by both communicators' planner.
+
+use crate::error::{Error, Result};
+use ringreduce_kernels::abi::{Algorithm, Collective};
+use ringreduce_kernels::plan::PACK_BYTES;
+
+/// Overrides [`crate::CommConfig::algorithm`] when the config leaves it
+/// unset: `auto`, `ring`, `one-shot` or `two-shot`.
+pub const ALGO_ENV: &str = "RINGREDUCE_ALGO";
+
+/// Bytes of each of the two halves of a rank's direct staging when the
+/// config does not say: room for a 1 MiB two-shot all-reduce or a
+/// reduce-scatter of 2 MiB per rank.
+pub const DEFAULT_DIRECT_HALF_BYTES: u64 = 2 << 20;
+
+/// Channels every direct call runs (fewer when a rank has fewer): all of
+/// them take part in every call, so that their epochs, and with them the
+/// staging half in use, stay equal (see `ringreduce_kernels::direct`).
+pub const DIRECT_CHANNELS: u64 = 4;
+
+/// `Auto` thresholds, in bytes of one rank's input. **Provisional**: taken
+/// from the field figures the small-message issue quotes (vLLM's one-shot
+/// up to about 256 KiB on 8 GPUs), not yet from H200 measurements of this
+/// library; `bench/NOTES.md` says so until they are measured.
+pub const AUTO_ONE_SHOT_MAX: u64 = 64 << 10;
+/// See [`AUTO_ONE_SHOT_MAX`]: the two-shot all-reduce up to here.
+pub const AUTO_TWO_SHOT_MAX: u64 = 1 << 20;
+/// See [`AUTO_ONE_SHOT_MAX`]: direct reduce-scatter and all-gather up to
+/// here (per rank input).
+pub const AUTO_DIRECT_MAX: u64 = 256 << 10;
+
+/// The algorithm a communicator is asked to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Algo {
+    /// By collective and size: direct for small messages, the ring beyond.
+    #[default]
+    Auto,
+    /// Always the ring.
+    Ring,
+    /// Always direct, one shot.
+    OneShot,
+    /// Always direct; two shots for all-reduce. Reduce-scatter and
+    /// all-gather have one direct form, which this runs.
+    TwoShot,
+}
+
+impl Algo {
+    /// Every choice, for tests and the bench.
+    pub const ALL: [Algo; 4] = [Algo::Auto, Algo::Ring, Algo::OneShot, Algo::TwoShot];
+
+    /// The name [`ALGO_ENV`] and the bench's `--algo` take.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Algo::Auto => "auto",
+            Algo::Ring => "ring",
+            Algo::OneShot => "one-shot",
+            Algo::TwoShot => "two-shot",
+        }
+    }
+
+    /// Parses a [`Algo::name`].
+    pub fn parse(s: &str) -> Result<Self> {
+        let s = s.trim();
+        Algo::ALL
+            .into_iter()
+            .find(|a| a.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| Error::UnknownAlgorithm(s.to_string()))
+    }
+}
+
+/// Where a direct call's parts lie in a staging half: the staged input,
+/// then (two-shot) the reduced blocks at `result`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirectLayout {
+    /// Byte offset of the reduced blocks in a half.
+    pub result: u64,
+    /// Bytes of a half the call uses.
+    pub need: u64,
+}
+
+/// The direct layout of collective `c` with `n` elements per block of
+/// `size` bytes on `k` ranks, blocks of `block_elems` (one pack of slack
+/// each for the residue), or `None` on overflow.
+pub fn direct_layout(
+    c: Collective,
+    alg: Algorithm,
+    k: u64,
+    n: u64,
+    block_elems: u64,
+    size: u64,
+) -> Option<DirectLayout> {
+    let input = c
+        .lengths(k, n)
+        .0
+        .checked_mul(size)?
+        .checked_add(PACK_BYTES)?;
+    let result = input.checked_next_multiple_of(256)?;
+    let reduced = if alg == Algorithm::TwoShot && c == Collective::AllReduce {
+        block_elems.checked_mul(size)?.checked_add(PACK_BYTES)?
+    } else {
+        0
+    };
+    Some(DirectLayout {
+        result,
+        need: result.checked_add(reduced)?,
+    })
+}
+
+/// The algorithm of one call: `choice`, or for `Auto` the rule above;
+/// `in_bytes` is one rank's input, `half` the direct staging each half
+/// holds (0: the communicator has none). A forced direct choice that does
+/// not fit is an error, not a silent ring.
+pub fn choose(
+    c: Collective,
+    choice: Algo,
+    k: u64,
+    n: u64,
+    block_elems: u64,
+    size: u64,
+    half: u64,
+) -> Result<Algorithm> {
+    let fits = |alg| {
+        direct_layout(c, alg, k, n, block_elems, size).is_some_and(|l| half > 0 && l.need <= half)
+    };
+    let forced = |alg: Algorithm| {
+        if fits(alg) {
+            Ok(alg)
+        } else {
+            Err(Error::DirectTooLarge {
+                collective: c.name(),
+                algorithm: alg.name(),
+                need: direct_layout(c, alg, k, n, block_elems, size).map_or(u64::MAX, |l| l.need),
+                have: half,
+            })
+        }
+    };
+    let two = if c == Collective::AllReduce {
+        Algorithm::TwoShot
+    } else {
+        Algorithm::OneShot
+    };
+    match choice {
+        Algo::Ring => Ok(Algorithm::Ring),
+        Algo::OneShot => forced(Algorithm::OneShot),
+        Algo::TwoShot => forced(two),
+        Algo::Auto => {
+            let in_bytes = c.lengths(k, n).0.saturating_mul(size);
+            let pick = match c {
+                Collective::AllReduce if in_bytes <= AUTO_ONE_SHOT_MAX => Algorithm::OneShot,
+                Collective::AllReduce if in_bytes <= AUTO_TWO_SHOT_MAX => Algorithm::TwoShot,
+                Collective::ReduceScatter | Collective::AllGather
+                    if in_bytes <= AUTO_DIRECT_MAX =>
+                {
+                    Algorithm::OneShot
+                }
+                _ => Algorithm::Ring,
+            };
+            Ok(if pick == Algorithm::Ring || fits(pick) {
+                pick
+            } else {
+                Algorithm::Ring
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for a in Algo::ALL {
+            assert_eq!(Algo::parse(a.name()).unwrap(), a);
+        }
+        assert_eq!(Algo::parse(" One-Shot ").unwrap(), Algo::OneShot);
+        assert!(matches!(Algo::parse("tree"), Err(Error::UnknownAlgorithm(s)) if s == "tree"));
+    }
+
+    #[test]
+    fn auto_goes_direct_for_small_messages_only() {
+        let half = DEFAULT_DIRECT_HALF_BYTES;
+        let ar = |n| {
+            choose(
+                Collective::AllReduce,
+                Algo::Auto,
+                8,
+                n,
+                n.div_ceil(8),
+                4,
+                half,
+            )
+        };
+        assert_eq!(ar(2).unwrap(), Algorithm::OneShot);
+        assert_eq!(ar(16 << 10).unwrap(), Algorithm::OneShot);
+        assert_eq!(ar(64 << 10).unwrap(), Algorithm::TwoShot);
+        assert_eq!(ar(1 << 20).unwrap(), Algorithm::Ring);
+        let rs = |n| choose(Collective::ReduceScatter, Algo::Auto, 8, n, n, 4, half);
+        assert_eq!(rs(1).unwrap(), Algorithm::OneShot);
+        assert_eq!(rs(1 << 20).unwrap(), Algorithm::Ring);
+        // Without direct staging, Auto is the ring.
+        assert_eq!(
+            choose(Collective::AllReduce, Algo::Auto, 8, 2, 4, 4, 0).unwrap(),
+            Algorithm::Ring
+        );
+    }
+
+    #[test]
+    fn forced_direct_that_does_not_fit_is_an_error() {
+        let e = choose(
+            Collective::AllGather,
+            Algo::OneShot,
+            4,
+            1 << 20,
+            1 << 20,
+            4,
+            1 << 20,
+        );
+        assert!(matches!(e, Err(Error::DirectTooLarge { need, have, .. }) if need > have));
+        assert_eq!(
+            choose(
+                Collective::ReduceScatter,
+                Algo::TwoShot,
+                4,
+                8,
+                8,
+                4,
+                1 << 20
+            )
+            .unwrap(),
+            Algorithm::OneShot
+        );
+        assert_eq!(
+            choose(Collective::AllReduce, Algo::TwoShot, 4, 8, 4, 4, 1 << 20).unwrap(),
+            Algorithm::TwoShot
+        );
+        assert!(direct_layout(
+            Collective::ReduceScatter,
+            Algorithm::OneShot,
+            4,
+            u64::MAX,
+            1,
+            8
+        )
+        .is_none());
+    }
+
+    #[test]
+    fn layout_keeps_the_result_after_the_input() {
+        let l = direct_layout(Collective::AllReduce, Algorithm::TwoShot, 4, 100, 28, 4).unwrap();
+        assert_eq!(l.result, 512);
+        assert_eq!(l.need, 512 + 28 * 4 + 16);
+        let l = direct_layout(Collective::AllReduce, Algorithm::OneShot, 4, 100, 28, 4).unwrap();
+        assert_eq!(l.need, l.result);
+    }
+}

@@ -1,0 +1,308 @@
+//! The direct collectives, for messages too small for the ring to pay: one
+//! block runs one channel of one rank, with at most two rounds of flags
+//! instead of the ring's `k - 1` steps.
+//!
+//! Each rank first copies its input into its own direct staging, which
+//! every peer can read, and raises its channel's ready word. Once every
+//! peer's word says the same, it reads what it needs straight from the
+//! peers' staging and folds it in user-rank order `0, 1, ..., k - 1`, so
+//! every rank's all-reduce has the same bits, whatever the algorithm's
+//! timing. The two-shot all-reduce folds only its own block, puts it in a
+//! result region of its staging, raises the word again, and copies the
+//! other blocks from their owners' result regions.
+//!
+//! Reuse: the staging has two halves, and call number `e` (the channel's
+//! `epoch`, which only the kernel advances) uses half `e mod 2`. A rank
+//! that starts call `e + 2` has finished call `e + 1`, in which it saw
+//! every peer start call `e + 1`; a peer's kernel for call `e + 1` starts
+//! only once its kernel for call `e` has ended, so no peer still reads
+//! the half being overwritten. Every direct call runs all of the
+//! communicator's direct channels, so their epochs stay equal and all
+//! channels of a call use one half. The ready words only grow (`2e + 1`
+//! after staging, `2e + 2` after the two-shot's reduce), so nothing is
+//! ever reset.
+//!
+//! Failure handling is the ring's: a wait that gives up reports, and the
+//! block's barrier spreads a `failed` bit that skips the remaining work.
+
+use crate::abi::{Algorithm, Collective, DirectPeer, RankConn, WaitKind, Work};
+use crate::abi::{DIRECT_FLAG_STRIDE, MAX_CHANNELS};
+use crate::device::Device;
+use crate::element::Element;
+use crate::flags::{signal, wait_at_least, WaitCtx, WaitSite};
+use crate::op::ReduceOp;
+use crate::plan::{block_residue, PACK_BYTES};
+use crate::transfer::fold;
+use core::mem::size_of;
+use core::ptr::addr_of;
+
+/// What every lane of a channel's block knows about a direct call.
+struct Call<'a> {
+    w: &'a Work,
+    collective: Collective,
+    peers: *const DirectPeer,
+    k: u64,
+    me: u64,
+    channel: u64,
+    /// Byte offset of this call's half in every rank's staging.
+    half: u64,
+    sz: u64,
+    aligned: bool,
+}
+
+impl Call<'_> {
+    /// Where element `i` of user `u`'s input sits in `u`'s staging: at
+    /// the input's own residue, so staged and user data stay congruent
+    /// modulo a pack.
+    #[inline(always)]
+    unsafe fn staged<T>(&self, u: u64, i: u64) -> *mut T {
+        let g = &self.w.geometry;
+        let residue = match (self.aligned, self.collective) {
+            (false, _) => 0,
+            (true, Collective::AllGather) => {
+                block_residue(self.w.residue, u, g.block_elems, self.sz)
+            }
+            (true, _) => self.w.residue % PACK_BYTES,
+        };
+        let area = (*self.peers.add(u as usize)).area;
+        (area + self.half + residue + i * self.sz) as *mut T
+    }
+
+    /// Where element `i` of user `u`'s reduced block sits in `u`'s result
+    /// region (two-shot all-reduce).
+    #[inline(always)]
+    unsafe fn result<T>(&self, u: u64, i: u64) -> *mut T {
+        let g = &self.w.geometry;
+        let residue = if self.aligned {
+            block_residue(self.w.residue, u, g.block_elems, self.sz)
+        } else {
+            0
+        };
+        let area = (*self.peers.add(u as usize)).area;
+        (area + self.half + self.w.direct_result + residue + i * self.sz) as *mut T
+    }
+
+    /// User `u`'s ready word for this channel.
+    #[inline(always)]
+    unsafe fn ready(&self, u: u64) -> u64 {
+        (*self.peers.add(u as usize)).ready + self.channel * DIRECT_FLAG_STRIDE
+    }
+
+    /// This channel's share of block `b`: (offset in the block, length).
+    #[inline(always)]
+    fn part(&self, b: u64) -> (u64, u64) {
+        let g = &self.w.geometry;
+        g.channel_part(self.channel, g.block_len(b))
+    }
+}
+
+/// Runs one rank's part of a direct collective: block `c` runs channel `c`.
+/// Every lane of every block calls it with the same `w`.
+///
+/// # Safety
+/// `w` must come from the host planner: valid pointers, a staging half that
+/// holds the call, and peers running the same collective.
+#[inline(always)]
+pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
+    d: &D,
+    w: &Work,
+    collective: Collective,
+    algorithm: Algorithm,
+) {
+    let conn = w.conn as *const RankConn;
+    let channel = d.block_idx();
+    if channel >= w.channels || channel >= MAX_CHANNELS as u64 {
+        return;
+    }
+    let rank = addr_of!((*conn).rank).read();
+    if rank.k < 2 || rank.direct_peers == 0 {
+        return;
+    }
+    let chan_at = addr_of!((*conn).channels[channel as usize]);
+    let epoch_at = addr_of!((*chan_at).epoch) as *mut u64;
+    // Every lane reads it before the first barrier; the control lane
+    // advances it only after the last.
+    let e = d.load_volatile(epoch_at);
+    let call = Call {
+        w,
+        collective,
+        peers: rank.direct_peers as *const DirectPeer,
+        k: rank.k,
+        me: rank.user_rank,
+        channel,
+        half: (e % 2) * rank.direct_half_bytes,
+        sz: size_of::<T>() as u64,
+        aligned: w.aligned != 0,
+    };
+    let tid = d.thread_idx();
+    let control = tid == THREADS;
+    let ctx = WaitCtx::of(&rank, &chan_at.read(), channel);
+    // The control lane publishes a phase and waits for every peer's; the
+    // barrier after it spreads whether a wait gave up.
+    let exchange = |phase: u64| {
+        let mut failed = false;
+        if control {
+            let value = 2 * e + 1 + phase;
+            if !drop_ready(w, phase) {
+                signal(d, rank.scope(), [(call.ready(call.me), value)]);
+            }
+            for u in (0..call.k).filter(|&u| u != call.me) {
+                let site = WaitSite {
+                    kind: WaitKind::PeerReady,
+                    chunk: 0,
+                    step: phase,
+                    sub: u,
+                    expected: value,
+                };
+                if wait_at_least(d, ctx, call.ready(u), site).is_none() {
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        d.block_barrier_or(failed)
+    };
+    if !control {
+        stage::<D, T, O, THREADS>(d, &call, tid);
+    }
+    d.block_barrier_or(false);
+    if exchange(0) {
+        return;
+    }
+    if !control {
+        match (collective, algorithm) {
+            (Collective::AllReduce, Algorithm::TwoShot) => {
+                reduce_own::<D, T, O, THREADS>(d, &call, tid)
+            }
+            (Collective::AllGather, _) => gather_staged::<D, T, O, THREADS>(d, &call, tid),
+            _ => reduce_staged::<D, T, O, THREADS>(d, &call, tid),
+        }
+    }
+    if collective == Collective::AllReduce && algorithm == Algorithm::TwoShot {
+        d.block_barrier_or(false);
+        if exchange(1) {
+            return;
+        }
+        if !control {
+            gather_results::<D, T, O, THREADS>(d, &call, tid);
+        }
+    }
+    if control {
+        d.store_volatile(epoch_at, e + 1);
+    }
+}
+
+/// Copies this channel's share of the own input into the own staging.
+#[inline(always)]
+unsafe fn stage<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(d: &D, c: &Call, tid: u64) {
+    let g = &c.w.geometry;
+    let own = |i: u64| (c.w.send + i * c.sz) as *const T;
+    // An all-gather's input is one block (its own); the others' every block.
+    let blocks = if c.collective == Collective::AllGather {
+        c.me..c.me + 1
+    } else {
+        0..c.k
+    };
+    for b in blocks {
+        let (off, len) = c.part(b);
+        let at = if c.collective == Collective::AllGather {
+            off
+        } else {
+            b * g.in_stride + off
+        };
+        let dst = c.staged::<T>(c.me, at);
+        fold::<D, T, O, THREADS, false, false>(d, tid, dst, dst, |_| own(at), 1, len, c.aligned, 1);
+    }
+}
+
+/// Reduce-scatter and one-shot all-reduce: every output block this rank
+/// holds, folded from every peer's staging in user-rank order.
+#[inline(always)]
+unsafe fn reduce_staged<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
+    d: &D,
+    c: &Call,
+    tid: u64,
+) {
+    let g = &c.w.geometry;
+    let blocks = if c.collective == Collective::ReduceScatter {
+        c.me..c.me + 1
+    } else {
+        0..c.k
+    };
+    for b in blocks {
+        let (off, len) = c.part(b);
+        let at = b * g.in_stride + off;
+        let out_at = b * g.out_stride + off;
+        let dst = (c.w.recv + out_at * c.sz) as *mut T;
+        let src = |u: u64| c.staged::<T>(u, at) as *const T;
+        fold::<D, T, O, THREADS, true, false>(
+            d, tid, dst, dst, src, c.k, len, c.aligned, c.k as u32,
+        );
+    }
+}
+
+/// All-gather: every peer's staged input into its block of the output.
+#[inline(always)]
+unsafe fn gather_staged<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
+    d: &D,
+    c: &Call,
+    tid: u64,
+) {
+    let g = &c.w.geometry;
+    for p in 0..c.k {
+        let (off, len) = c.part(p);
+        let dst = (c.w.recv + (p * g.out_stride + off) * c.sz) as *mut T;
+        let src = |_| c.staged::<T>(p, off) as *const T;
+        fold::<D, T, O, THREADS, false, false>(d, tid, dst, dst, src, 1, len, c.aligned, 1);
+    }
+}
+
+/// Two-shot all-reduce, first shot: the own block, folded from every
+/// peer's staging, into the output and the own result region.
+#[inline(always)]
+unsafe fn reduce_own<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
+    d: &D,
+    c: &Call,
+    tid: u64,
+) {
+    let g = &c.w.geometry;
+    let (off, len) = c.part(c.me);
+    let at = c.me * g.in_stride + off;
+    let dst = (c.w.recv + at * c.sz) as *mut T;
+    let keep = c.result::<T>(c.me, off);
+    let src = |u: u64| c.staged::<T>(u, at) as *const T;
+    fold::<D, T, O, THREADS, true, true>(d, tid, dst, keep, src, c.k, len, c.aligned, c.k as u32);
+}
+
+/// Two-shot all-reduce, second shot: every other block, from its owner's
+/// result region.
+#[inline(always)]
+unsafe fn gather_results<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
+    d: &D,
+    c: &Call,
+    tid: u64,
+) {
+    let g = &c.w.geometry;
+    for p in (0..c.k).filter(|&p| p != c.me) {
+        let (off, len) = c.part(p);
+        let dst = (c.w.recv + (p * g.out_stride + off) * c.sz) as *mut T;
+        let src = |_| c.result::<T>(p, off) as *const T;
+        fold::<D, T, O, THREADS, false, false>(d, tid, dst, dst, src, 1, len, c.aligned, 1);
+    }
+}
+
+/// The fault-injection hook: from phase `fault_step` on (`fault_chunk`
+/// set), this rank never raises its ready word, as a rank whose signals
+/// are lost would.
+#[inline(always)]
+fn drop_ready(w: &Work, phase: u64) -> bool {
+    #[cfg(feature = "fault-injection")]
+    {
+        w.fault_chunk != u64::MAX && phase >= w.fault_step
+    }
+    #[cfg(not(feature = "fault-injection"))]
+    {
+        let _ = (w, phase);
+        false
+    }
+}
