@@ -40,6 +40,8 @@ fn in_place_layout(c: Collective, k: usize, n: usize, u: usize) -> (usize, usize
 
 /// A submitted collective, checked once its backend is synchronised.
 pub trait Pending {
+    /// The algorithm the collective ran.
+    fn algorithm(&self) -> Algorithm;
     /// Elements that differ from the reference, plus every guard or input
     /// element that changed.
     fn wrong(self: Box<Self>) -> Result<usize>;
@@ -111,9 +113,13 @@ struct Checked<'a, C: Collectives, T: Gen> {
     send: Vec<C::Buf<T>>,
     recv: Vec<Option<C::Buf<T>>>,
     want: Layout<T>,
+    algorithm: Algorithm,
 }
 
 impl<C: Collectives, T: Gen> Pending for Checked<'_, C, T> {
+    fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
     fn wrong(self: Box<Self>) -> Result<usize> {
         let mut wrong = 0;
         for (u, b) in self.send.iter().enumerate() {
@@ -176,6 +182,7 @@ pub fn submit<'a, C: Collectives, T: Gen>(
         send,
         recv,
         want: l,
+        algorithm,
     }))
 }
 

@@ -2,7 +2,7 @@
 //! synchronisation between them: the staging rings' head and tail counters
 //! must keep them apart.
 
-use ringreduce::{CommConfig, CpuCommunicator};
+use ringreduce::{Algo, Algorithm, CommConfig, CpuCommunicator};
 use ringreduce_tests::checked::{submit_random, Pending};
 use ringreduce_tests::data::Rng;
 use ringreduce_tests::soak::{env_or, soak_ks, soak_ring};
@@ -35,6 +35,60 @@ fn two_hundred_back_to_back() {
     }
     assert_eq!(wrong, 0);
     println!("200 back-to-back mixed collectives, {elements} elements, 0 wrong");
+}
+
+/// 1000 collectives queued with no synchronisation, on communicators that
+/// force each direct form and on one that picks by size (so ring and
+/// direct calls interleave): a fast rank's next call must not overwrite
+/// staging a slow peer still reads, which the two staging halves and the
+/// epochs guarantee. Every call is checked.
+#[test]
+fn direct_back_to_back_1000() {
+    let k = 4;
+    for (algo, calls) in [
+        (Algo::OneShot, 300u64),
+        (Algo::TwoShot, 300),
+        (Algo::Auto, 400),
+    ] {
+        let cfg = CommConfig::default()
+            .ring_order(vec![1, 3, 0, 2])
+            .algorithm(algo);
+        let b = CpuCommunicator::with_config(k, cfg).unwrap();
+        let mut rng = Rng(7 + calls);
+        let mut pending: Vec<Box<dyn Pending + '_>> = Vec::new();
+        let mut direct = 0;
+        for i in 0..calls {
+            let (p, _) = submit_random(&b, &mut rng, i, |rng| {
+                (match rng.below(4) {
+                    0 => rng.below(16),
+                    1 => rng.below(2000),
+                    2 => rng.below(12_000),
+                    _ => 20_000 + rng.below(40_000),
+                }) as usize
+            })
+            .unwrap();
+            pending.push(p);
+        }
+        b.synchronize().unwrap();
+        let mut wrong = 0;
+        for p in pending {
+            direct += (p.algorithm() != Algorithm::Ring) as usize;
+            wrong += p.wrong().unwrap();
+        }
+        println!(
+            "{}: {calls} back-to-back collectives ({direct} direct), 0 wrong",
+            algo.name()
+        );
+        assert_eq!(wrong, 0);
+        if algo == Algo::Auto {
+            assert!(
+                direct > 0 && direct < calls as usize,
+                "{direct} of {calls} direct"
+            );
+        } else {
+            assert_eq!(direct, calls as usize);
+        }
+    }
 }
 
 /// The soak on the CPU execution: `RINGREDUCE_SOAK_OPS` (default 300)
