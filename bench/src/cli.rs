@@ -3,8 +3,12 @@
 use crate::metrics::CollectiveArg;
 use crate::sizes::parse_size;
 use clap::Parser;
-use ringreduce::{DataType, Op};
+use ringreduce::{Algo, DataType, Op};
 use std::path::PathBuf;
+
+fn algo_arg(s: &str) -> Result<Algo, String> {
+    Algo::parse(s).map_err(|e| e.to_string())
+}
 
 fn size_arg(s: &str) -> Result<u64, String> {
     parse_size(s)
@@ -67,6 +71,10 @@ pub struct BenchArgs {
     /// Channels (blocks) per rank; automatic when not given.
     #[arg(short = 'C', long = "channels")]
     pub channels: Option<u32>,
+    /// The algorithm: auto (by size), ring, one-shot or two-shot; default
+    /// RINGREDUCE_ALGO or auto.
+    #[arg(long = "algo", value_parser = algo_arg)]
+    pub algo: Option<Algo>,
     /// Ring order: user ranks in ring order, comma separated.
     #[arg(long = "ring-order", value_delimiter = ',')]
     pub ring_order: Option<Vec<u32>>,

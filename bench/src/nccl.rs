@@ -292,6 +292,7 @@ fn point<T: RsElement + FromSmall>(
         op: p.op.name().into(),
         root: -1,
         channels: 0,
+        algorithm: "nccl".into(),
         out_of_place: oop.unwrap_or_else(zero),
         in_place: ip.unwrap_or_else(zero),
     })

@@ -40,6 +40,10 @@ pub struct Row {
     /// Channels per rank the call ran.
     #[serde(default)]
     pub channels: u64,
+    /// The algorithm the call ran: `ring`, `one-shot`, `two-shot` (or
+    /// `nccl` for NCCL's rows).
+    #[serde(default)]
+    pub algorithm: String,
     pub out_of_place: Perf,
     pub in_place: Perf,
 }
@@ -85,6 +89,9 @@ pub struct Report {
     /// `-C`: the channels asked for (`None`: automatic).
     #[serde(default)]
     pub channels: Option<u32>,
+    /// `--algo`: the algorithm asked for (`auto` chooses per size).
+    #[serde(default)]
+    pub algorithm: String,
     pub ring_order: Vec<u32>,
     /// The GPU of each user rank (one per GPU, or all on GPU 0 as virtual
     /// ranks); empty for the CPU execution.

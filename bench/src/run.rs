@@ -165,6 +165,9 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
     if let Some(c) = args.channels {
         config = config.channels(c);
     }
+    if let Some(a) = args.algo {
+        config = config.algorithm(a);
+    }
     // Without --ring-order, a ring over several GPUs follows their links.
     if args.ring_order.is_some() {
         config = config.ring_order(ring.user_from_ring().to_vec());
@@ -186,6 +189,11 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         blocking: args.blocking,
         buffsize: 0,
         channels: args.channels,
+        algorithm: config
+            .effective_algorithm()
+            .map_err(|e| e.to_string())?
+            .name()
+            .into(),
         ring_order: ring.user_from_ring().to_vec(),
         devices: vec![],
         prefetch_rounds: config.effective_prefetch_rounds(),
@@ -452,6 +460,7 @@ fn type_sweep<C: Clock, T: RsElement + FromSmall>(
             op: p.op.name().into(),
             root: -1,
             channels: comm.channels_for::<T>(c, n) as u64,
+            algorithm: comm.algorithm_for::<T>(c, n)?.name().into(),
             out_of_place: perf(k, p, timed[0], wrong[0], judge),
             in_place: perf(k, p, timed[1], wrong[1], judge),
         };

@@ -130,7 +130,7 @@ pub fn preamble(r: &Report) -> String {
     let mut s = String::new();
     writeln!(
         s,
-        "# ringreduce {} {}: nRanks {} iters {} warmup {} blocking {} buffsize {} channels {} prefetch {} ring {:?}",
+        "# ringreduce {} {}: nRanks {} iters {} warmup {} blocking {} buffsize {} channels {} algo {} prefetch {} ring {:?}",
         r.version,
         r.collective,
         r.ranks,
@@ -139,6 +139,11 @@ pub fn preamble(r: &Report) -> String {
         r.blocking as u8,
         r.buffsize,
         r.channels.map_or("auto".to_string(), |c| c.to_string()),
+        if r.algorithm.is_empty() {
+            "auto"
+        } else {
+            &r.algorithm
+        },
         r.prefetch_rounds,
         r.ring_order
     )
@@ -185,6 +190,7 @@ mod tests {
             Row {
                 collective: "reduce_scatter".into(),
                 channels: 1,
+                algorithm: "one-shot".into(),
                 size: 8,
                 count: 0,
                 dtype: "float".into(),
@@ -196,6 +202,7 @@ mod tests {
             Row {
                 collective: "reduce_scatter".into(),
                 channels: 12,
+                algorithm: "ring".into(),
                 size: 268435456,
                 count: 16777216,
                 dtype: "float".into(),

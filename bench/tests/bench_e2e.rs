@@ -126,6 +126,7 @@ fn json_schema_is_stable() {
         blocking: false,
         buffsize: 1,
         channels: Some(2),
+        algorithm: "auto".into(),
         ring_order: vec![0, 1],
         devices: vec![0, 0],
         prefetch_rounds: 0,
@@ -138,6 +139,7 @@ fn json_schema_is_stable() {
         }),
         rows: vec![ringreduce_bench::report::Row {
             collective: "reduce_scatter".into(),
+            algorithm: "ring".into(),
             channels: 2,
             size: 8,
             count: 1,
