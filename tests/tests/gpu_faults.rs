@@ -4,8 +4,8 @@
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use ringreduce::{
-    Buffers, Collective, Collectives, CommConfig, Communicator, CpuCommunicator, DataType, Error,
-    Op, RawBuffers, Region, WaitKind,
+    Algo, Buffers, Collective, Collectives, CommConfig, Communicator, CpuCommunicator, DataType,
+    Error, Op, RawBuffers, Region, WaitKind,
 };
 use ringreduce_tests::cases::{Case, Offsets};
 use ringreduce_tests::checked::lengths;
@@ -289,6 +289,58 @@ fn missing_rank(dev: usize, c: Collective) {
     assert!(matches!(comm.synchronize(), Err(Error::Broken(_))));
 }
 
+/// The direct forms' faults: a missing rank times out every peer in its
+/// wait for that rank's ready word; an abort ends a stalled direct call.
+fn gpu_direct_faults(dev: usize) {
+    let k = 4;
+    for algo in [Algo::OneShot, Algo::TwoShot] {
+        for c in Collective::ALL {
+            let missing = 1;
+            let timeout = Duration::from_secs(1);
+            let cfg = CommConfig::default().timeout(timeout).algorithm(algo);
+            let comm = gpu_comm(dev, k, cfg).unwrap();
+            comm.withhold_rank(Some(missing));
+            let t0 = Instant::now();
+            let _bufs = enqueue_f32(&comm, c, 4096);
+            let err = comm.synchronize().expect_err("must time out");
+            let took = t0.elapsed();
+            println!(
+                "gpu {} {} missing rank: {took:?}: {err}",
+                algo.name(),
+                c.name()
+            );
+            assert!(took < timeout + Duration::from_secs(1));
+            for (u, e) in comm.rank_errors().iter().enumerate() {
+                if u != missing {
+                    assert!(
+                        matches!(e, Some(Error::Timeout(t))
+                            if t.peer == missing && t.waiting_for == WaitKind::PeerReady),
+                        "rank {u}: {e:?}"
+                    );
+                }
+            }
+            let cfg = CommConfig::default()
+                .timeout(Duration::from_secs(60))
+                .algorithm(algo);
+            let comm = gpu_comm(dev, k, cfg).unwrap();
+            comm.withhold_rank(Some(2));
+            let _bufs = enqueue_f32(&comm, c, 4096);
+            std::thread::sleep(Duration::from_millis(200));
+            let t = Instant::now();
+            comm.abort();
+            let err = comm.synchronize().expect_err("aborted");
+            println!(
+                "gpu {} {} abort: returned {:?} after abort()",
+                algo.name(),
+                c.name(),
+                t.elapsed()
+            );
+            assert!(matches!(err, Error::Aborted { .. }), "{err}");
+            assert!(t.elapsed() < Duration::from_millis(500));
+        }
+    }
+}
+
 fn gpu_abort(dev: usize) {
     for c in Collective::ALL {
         abort(dev, c);
@@ -498,6 +550,7 @@ fn main() -> std::process::ExitCode {
     run_gpu_tests(&[
         ("gpu_bad_input", gpu_bad_input),
         ("gpu_missing_rank_times_out", gpu_missing_rank_times_out),
+        ("gpu_direct_faults", gpu_direct_faults),
         ("gpu_abort", gpu_abort),
         ("gpu_abort_before_enqueue", gpu_abort_before_enqueue),
         #[cfg(feature = "fault-injection")]
