@@ -70,6 +70,15 @@ impl Algo {
     }
 }
 
+/// Bytes of one rank's input, or `None` on overflow.
+fn input_bytes(c: Collective, k: u64, n: u64, size: u64) -> Option<u64> {
+    let len = match c {
+        Collective::ReduceScatter => k.checked_mul(n)?,
+        Collective::AllGather | Collective::AllReduce => n,
+    };
+    len.checked_mul(size)
+}
+
 /// Where a direct call's parts lie in a staging half: the staged input,
 /// then (two-shot) the reduced blocks at `result`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,11 +100,7 @@ pub fn direct_layout(
     block_elems: u64,
     size: u64,
 ) -> Option<DirectLayout> {
-    let input = c
-        .lengths(k, n)
-        .0
-        .checked_mul(size)?
-        .checked_add(PACK_BYTES)?;
+    let input = input_bytes(c, k, n, size)?.checked_add(PACK_BYTES)?;
     let result = input.checked_next_multiple_of(256)?;
     let reduced = if alg == Algorithm::TwoShot && c == Collective::AllReduce {
         block_elems.checked_mul(size)?.checked_add(PACK_BYTES)?
@@ -146,7 +151,7 @@ pub fn choose(
         Algo::OneShot => forced(Algorithm::OneShot),
         Algo::TwoShot => forced(two),
         Algo::Auto => {
-            let in_bytes = c.lengths(k, n).0.saturating_mul(size);
+            let in_bytes = input_bytes(c, k, n, size).unwrap_or(u64::MAX);
             let pick = match c {
                 Collective::AllReduce if in_bytes <= AUTO_ONE_SHOT_MAX => Algorithm::OneShot,
                 Collective::AllReduce if in_bytes <= AUTO_TWO_SHOT_MAX => Algorithm::TwoShot,

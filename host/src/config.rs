@@ -73,8 +73,9 @@ pub struct CommConfig {
     /// [`Algo::Auto`]: direct for small messages, the ring beyond. A
     /// forced direct algorithm refuses calls too large for its staging.
     pub algorithm: Option<Algo>,
-    /// Bytes of each of the two halves of every rank's direct staging.
-    /// `None`: [`DEFAULT_DIRECT_HALF_BYTES`]; 0 allocates none (the ring
+    /// Bytes of each of the two halves of every rank's direct staging
+    /// (rounded down to a multiple of 256). `None`:
+    /// [`DEFAULT_DIRECT_HALF_BYTES`]; below 256 allocates none (the ring
     /// only).
     pub direct_bytes: Option<u64>,
 }
@@ -190,9 +191,11 @@ impl CommConfig {
         }
     }
 
-    /// Bytes of each direct staging half.
+    /// Bytes of each direct staging half, rounded down to 256 so that the
+    /// second half starts where the first does modulo a pack (the staged
+    /// data must stay congruent with the user buffers).
     pub fn effective_direct_bytes(&self) -> u64 {
-        self.direct_bytes.unwrap_or(DEFAULT_DIRECT_HALF_BYTES)
+        self.direct_bytes.unwrap_or(DEFAULT_DIRECT_HALF_BYTES) / 256 * 256
     }
 
     pub(crate) fn timeout_ns(&self) -> u64 {
@@ -206,6 +209,22 @@ impl CommConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn direct_halves_stay_pack_congruent() {
+        let d = |b| {
+            CommConfig::default()
+                .direct_bytes(b)
+                .effective_direct_bytes()
+        };
+        assert_eq!(d(1000), 768);
+        assert_eq!(d(255), 0);
+        assert_eq!(d(1 << 20), 1 << 20);
+        assert_eq!(
+            CommConfig::default().effective_direct_bytes(),
+            DEFAULT_DIRECT_HALF_BYTES
+        );
+    }
 
     #[test]
     fn staging_shares_the_budget_between_resident_blocks() {
