@@ -69,7 +69,7 @@ pub struct CommConfig {
     /// depend on it.
     pub channels: Option<u32>,
     /// The algorithm of every call. `None` takes
-    /// [`ALGO_ENV`](crate::algorithm::ALGO_ENV) or else
+    /// [`ALGO_ENV`] or else
     /// [`Algo::Auto`]: direct for small messages, the ring beyond. A
     /// forced direct algorithm refuses calls too large for its staging.
     pub algorithm: Option<Algo>,
