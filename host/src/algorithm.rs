@@ -20,6 +20,11 @@ pub const DEFAULT_DIRECT_HALF_BYTES: u64 = 2 << 20;
 /// staging half in use, stay equal (see `ringreduce_kernels::direct`).
 pub const DIRECT_CHANNELS: u64 = 4;
 
+/// The channels of every direct call on ranks that have `max_channels`.
+pub fn direct_channels(max_channels: u64) -> u64 {
+    DIRECT_CHANNELS.clamp(1, max_channels.max(1))
+}
+
 /// `Auto` thresholds, in bytes of one rank's input. **Provisional**: taken
 /// from the field figures the small-message issue quotes (vLLM's one-shot
 /// up to about 256 KiB on 8 GPUs), not yet from H200 measurements of this

@@ -2,7 +2,7 @@
 //! GPU communicator and the CPU execution both implement, so that tests,
 //! benches and layers above (gradient synchronisation) are written once.
 
-use crate::algorithm::DIRECT_CHANNELS;
+use crate::algorithm::direct_channels;
 use crate::config::CommConfig;
 use crate::cpu::{CpuBuffers, CpuCommunicator, HostBuffer};
 use crate::element::RsElement;
@@ -97,7 +97,7 @@ pub trait Collectives {
     /// configured number, or one chosen by size.
     fn channels_for<T: RsElement>(&self, c: Collective, n: usize) -> usize {
         if matches!(self.algorithm_for::<T>(c, n), Ok(a) if a != Algorithm::Ring) {
-            return DIRECT_CHANNELS.min(self.max_channels() as u64) as usize;
+            return direct_channels(self.max_channels() as u64) as usize;
         }
         let requested = self.config().channels.map(u64::from);
         let size = std::mem::size_of::<T>() as u64;

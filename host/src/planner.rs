@@ -121,11 +121,7 @@ pub fn connect(ring: &RingOrder, wiring: &[RankWiring], st: Static) -> Vec<RankC
             system_scope: st.system_scope as u64,
             staging_bytes: st.staging_bytes,
             direct_peers: me.direct_peers,
-            direct_half_bytes: if me.direct_peers != 0 {
-                st.direct_half_bytes
-            } else {
-                0
-            },
+            direct_half_bytes: st.direct_half_bytes,
         };
         for (ch, w) in me.channels.iter().enumerate().take(MAX_CHANNELS) {
             c.channels[ch] = ChannelConn {
@@ -163,7 +159,7 @@ pub struct CallOpts {
     pub algorithm: Algo,
     /// Bytes of each direct staging half (0: the ring only).
     pub direct_half_bytes: u64,
-    /// Channels of every direct call (see [`crate::algorithm::DIRECT_CHANNELS`]).
+    /// Channels of every direct call ([`crate::algorithm::direct_channels`]).
     pub direct_channels: u64,
 }
 

@@ -1,7 +1,7 @@
 //! What both communicators keep besides their memory: the ring, the
 //! configuration, whether an earlier error broke them, and test hooks.
 
-use crate::algorithm::{choose, Algo, DIRECT_CHANNELS};
+use crate::algorithm::{choose, direct_channels, Algo};
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
 use crate::hooks::TestHooks;
@@ -142,7 +142,7 @@ impl CommState {
             fault: self.hooks().lost_signal,
             algorithm: self.algorithm,
             direct_half_bytes: self.direct_half_bytes,
-            direct_channels: DIRECT_CHANNELS.min(self.max_channels as u64),
+            direct_channels: direct_channels(self.max_channels as u64),
         }
     }
 }

@@ -87,6 +87,21 @@ macro_rules! unroll8 {
 
 const _: () = assert!(UNROLL == 8, "unroll8! expands exactly UNROLL slots");
 
+/// Elements of `n` that go one by one before `dst` reaches a pack
+/// boundary: all of them off the wide path.
+#[inline(always)]
+fn scalar_head<T>(dst: *mut T, n: u64, aligned: bool) -> u64 {
+    if !aligned {
+        return n;
+    }
+    let mis = (dst as u64) % PACK_BYTES;
+    if mis == 0 {
+        0
+    } else {
+        ((PACK_BYTES - mis) / size_of::<T>() as u64).min(n)
+    }
+}
+
 /// Moves `n` elements: `dst[i] = combine(incoming[i], own[i])`, and the
 /// same into `dst2` when `DST2`, striped over `THREADS` producer lanes
 /// (`tid` is this lane). `incoming` is not read for [`COPY`].
@@ -126,16 +141,7 @@ pub unsafe fn transfer<
     prefetch_rounds: u64,
 ) {
     let sz = size_of::<T>() as u64;
-    let head = if aligned {
-        let mis = (dst as u64) % PACK_BYTES;
-        if mis == 0 {
-            0
-        } else {
-            ((PACK_BYTES - mis) / sz).min(n)
-        }
-    } else {
-        n
-    };
+    let head = scalar_head::<T>(dst, n, aligned);
     scalar::<T, O, THREADS, MODE, DST2>(tid, dst, dst2, incoming, own, 0, head, k);
     if head == n {
         return;
@@ -291,16 +297,7 @@ pub unsafe fn fold<
             dst2.add(e as usize).write(v);
         }
     };
-    let head = if aligned {
-        let mis = (dst as u64) % PACK_BYTES;
-        if mis == 0 {
-            0
-        } else {
-            ((PACK_BYTES - mis) / sz).min(n)
-        }
-    } else {
-        n
-    };
+    let head = scalar_head::<T>(dst, n, aligned);
     let mut e = tid;
     while e < head {
         one(e);
