@@ -75,6 +75,10 @@ pub struct BenchArgs {
     /// RINGREDUCE_ALGO or auto.
     #[arg(long = "algo", value_parser = algo_arg)]
     pub algo: Option<Algo>,
+    /// Direct staging per rank (each of its two halves); default the
+    /// library's (2 MiB). A forced direct algorithm needs the call to fit.
+    #[arg(long = "direct-bytes", value_parser = size_arg)]
+    pub direct_bytes: Option<u64>,
     /// Ring order: user ranks in ring order, comma separated.
     #[arg(long = "ring-order", value_delimiter = ',')]
     pub ring_order: Option<Vec<u32>>,

@@ -168,6 +168,9 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
     if let Some(a) = args.algo {
         config = config.algorithm(a);
     }
+    if let Some(b) = args.direct_bytes {
+        config = config.direct_bytes(b);
+    }
     // Without --ring-order, a ring over several GPUs follows their links.
     if args.ring_order.is_some() {
         config = config.ring_order(ring.user_from_ring().to_vec());
