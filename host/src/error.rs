@@ -256,18 +256,25 @@ pub enum Error {
         /// What was expected.
         expected: usize,
     },
-    /// Two ranks on one device given the same stream (their blocks would serialise and deadlock).
-    #[error("ranks {a} and {b} share one stream on one device; each rank needs its own stream")]
+    /// Two ranks on one device that run in different launches (more than
+    /// `BATCH_RANKS` ranks there) given the same stream: the launches would
+    /// serialise and deadlock.
+    #[error(
+        "ranks {a} and {b} share one stream but run in different launches on one device; \
+         give them different streams"
+    )]
     SharedStream {
         /// One user rank.
         a: usize,
         /// The other user rank.
         b: usize,
     },
-    /// The legacy default stream, which serialises with every other stream.
+    /// The legacy default stream, which serialises with every other
+    /// stream, for a rank whose device runs the collective in several
+    /// launches.
     #[error(
         "rank {rank}: the legacy default stream serialises with every other stream, which \
-         would deadlock ranks that share a device; use CudaContext::new_stream"
+         would deadlock the several launches on its device; use CudaContext::new_stream"
     )]
     DefaultStream {
         /// The user rank.

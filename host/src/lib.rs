@@ -76,4 +76,5 @@ pub use gpu::{Buffers, Communicator, RawBuffers};
 pub use half;
 pub use ring::RingOrder;
 pub use ringreduce_kernels as kernels;
+pub use ringreduce_kernels::abi::BATCH_RANKS;
 pub use ringreduce_kernels::{Algorithm, Collective, Op, WaitKind};

@@ -238,8 +238,8 @@ impl Default for RankConn {
     }
 }
 
-/// One call's work for one rank, passed by value at launch: block `c` of
-/// the grid runs channel `c`.
+/// One call's work for one rank: its channels are blocks of a [`Batch`]'s
+/// grid.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Work {
@@ -271,6 +271,93 @@ pub struct Work {
     /// Direct algorithms: byte offset, in a staging half, of the two-shot
     /// all-reduce's reduced blocks (after the staged input).
     pub direct_result: u64,
+}
+
+/// Ranks one launch can run: the [`Batch`] passed by value must stay well
+/// inside the 4 KiB of kernel parameters every driver accepts.
+pub const BATCH_RANKS: usize = 16;
+// `Batch::work` names every entry.
+const _: () = assert!(BATCH_RANKS == 16);
+
+/// One launch's work, passed by value: the ranks of one device (up to
+/// [`BATCH_RANKS`]) run as one grid, so virtual ranks cost one launch, not
+/// one per rank, and can share a stream. Block `b` runs channel
+/// `b % channels` of `works[b / channels]`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batch {
+    /// Entries of `works` in use.
+    pub ranks: u64,
+    /// Channels of every rank of the call (every `Work` has the same).
+    pub channels: u64,
+    pub works: [Work; BATCH_RANKS],
+}
+
+const _: () = assert!(core::mem::size_of::<Batch>() <= 4096);
+
+/// Words of a [`Work`]: every field of it (and of [`Geometry`] and
+/// [`Sizing`]) is a `u64`, so it has no padding.
+const WORK_WORDS: usize = core::mem::size_of::<Work>() / 8;
+const _: () = assert!(core::mem::size_of::<Work>() == 8 * WORK_WORDS);
+const _: () = assert!(core::mem::size_of::<Work>() == 160);
+
+impl Batch {
+    /// The batch of `works`, or `None` when there are more than
+    /// [`BATCH_RANKS`] or they disagree on the channel count.
+    pub fn new(works: &[Work]) -> Option<Batch> {
+        let channels = works.first().map_or(0, |w| w.channels);
+        if works.len() > BATCH_RANKS || works.iter().any(|w| w.channels != channels) {
+            return None;
+        }
+        let mut b = Batch {
+            ranks: works.len() as u64,
+            channels,
+            works: [Work::default(); BATCH_RANKS],
+        };
+        b.works[..works.len()].copy_from_slice(works);
+        Some(b)
+    }
+
+    /// Blocks of the grid: every rank's channels.
+    pub fn blocks(&self) -> u64 {
+        self.ranks * self.channels
+    }
+
+    /// The (entry of `works`, channel) block `block` runs, or `None` past
+    /// the grid.
+    #[inline(always)]
+    pub fn locate(&self, block: u64) -> Option<(usize, u64)> {
+        if self.channels == 0 || block >= self.blocks() || self.ranks > BATCH_RANKS as u64 {
+            return None;
+        }
+        Some(((block / self.channels) as usize, block % self.channels))
+    }
+
+    /// A copy of entry `i` of `works` (zeros past the end), read with
+    /// constant offsets and masks only: a dynamic index into a by-value
+    /// kernel parameter makes the compiler copy the whole batch to local
+    /// memory in every thread.
+    #[inline(always)]
+    pub fn work(&self, i: usize) -> Work {
+        let mut out = [0u64; WORK_WORDS];
+        // Spelled out per entry: a loop over the entries is not unrolled.
+        macro_rules! take {
+            ($($j:literal)*) => {$({
+                let mask = 0u64.wrapping_sub((i == $j) as u64);
+                // SAFETY: `Work` is `repr(C)` with only `u64` fields (see
+                // `WORK_WORDS`), so it is exactly `WORK_WORDS` words.
+                let words = unsafe {
+                    &*(core::ptr::addr_of!(self.works[$j]) as *const [u64; WORK_WORDS])
+                };
+                for (o, &x) in out.iter_mut().zip(words) {
+                    *o |= x & mask;
+                }
+            })*};
+        }
+        take!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+        // SAFETY: as above; every bit pattern is a valid `Work`.
+        unsafe { core::mem::transmute::<[u64; WORK_WORDS], Work>(out) }
+    }
 }
 
 /// How a rank's kernel ended.
@@ -463,5 +550,33 @@ mod tests {
             assert_eq!(Collective::from_u64(c as u64), Some(c));
         }
         assert_eq!(Collective::from_u64(3), None);
+    }
+
+    #[test]
+    fn a_batch_maps_every_block_to_one_rank_and_channel() {
+        let works: [Work; 5] = core::array::from_fn(|r| Work {
+            conn: 100 + r as u64,
+            channels: 3,
+            send: r as u64,
+            direct_result: 7 * r as u64,
+            ..Work::default()
+        });
+        let b = Batch::new(&works).unwrap();
+        assert_eq!(b.blocks(), 15);
+        let mut seen = [[false; 3]; 5];
+        for block in 0..b.blocks() {
+            let (r, c) = b.locate(block).unwrap();
+            assert!(!seen[r][c as usize]);
+            seen[r][c as usize] = true;
+            assert_eq!(b.work(r), works[r]);
+        }
+        assert!(seen.iter().flatten().all(|&x| x));
+        assert_eq!(b.locate(15), None);
+        assert_eq!(b.work(BATCH_RANKS), Work::default());
+        let mut odd = works;
+        odd[2].channels = 2;
+        assert_eq!(Batch::new(&odd), None);
+        assert_eq!(Batch::new(&[Work::default(); BATCH_RANKS + 1]), None);
+        assert_eq!(Batch::new(&[]).map(|b| b.blocks()), Some(0));
     }
 }

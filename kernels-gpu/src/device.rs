@@ -50,8 +50,9 @@ pub unsafe trait Device {
     /// This lane's index in the block: `0..THREADS` are producers, `THREADS`
     /// is the control lane (every flag wait and signal).
     fn thread_idx(&self) -> u64;
-    /// This block's index in the grid: its channel.
-    fn block_idx(&self) -> u64;
+    /// The channel this block runs (its place in its rank's share of the
+    /// grid).
+    fn channel(&self) -> u64;
     /// Barrier among all lanes, control lane included (the GPU's `bar 0`),
     /// returning the OR of every lane's `pred`. Orders memory among them.
     fn block_barrier_or(&self, pred: bool) -> bool;

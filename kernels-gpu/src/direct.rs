@@ -96,8 +96,9 @@ impl Call<'_> {
     }
 }
 
-/// Runs one rank's part of a direct collective: block `c` runs channel `c`.
-/// Every lane of every block calls it with the same `w`.
+/// Runs one rank's part of a direct collective: this block runs channel
+/// `d.channel()`. Every lane of every block of the rank calls it with the
+/// same `w`.
 ///
 /// # Safety
 /// `w` must come from the host planner: valid pointers, a staging half that
@@ -110,7 +111,7 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     algorithm: Algorithm,
 ) {
     let conn = w.conn as *const RankConn;
-    let channel = d.block_idx();
+    let channel = d.channel();
     if channel >= w.channels || channel >= MAX_CHANNELS as u64 {
         return;
     }

@@ -72,8 +72,9 @@ struct SliceAt {
     recv: Option<u64>,
 }
 
-/// Runs one rank's part of a collective: block `c` runs channel `c`. Every
-/// lane of every block calls it with the same `w`.
+/// Runs one rank's part of a collective: this block runs channel
+/// `d.channel()`. Every lane of every block of the rank calls it with the
+/// same `w`.
 ///
 /// # Safety
 /// `w` must come from the host planner: valid pointers, a sizing that fits
@@ -84,7 +85,7 @@ pub unsafe fn run<D: Device + Handoff, T: Element, O: ReduceOp, const THREADS: u
     w: &Work,
 ) {
     let conn = w.conn as *const RankConn;
-    let index = d.block_idx();
+    let index = d.channel();
     let Some(collective) = Collective::from_u64(w.collective) else {
         return;
     };

@@ -21,13 +21,16 @@ macro_rules! entry {
     ($tn:ident, $t:ty, $dt:ident, $on:ident: $op:ident) => {
         pub mod $on {
             #[export_name = $crate::entry_name!($tn, $on)]
-            pub unsafe extern "ptx-kernel" fn entry(w: $crate::abi::Work) {
+            pub unsafe extern "ptx-kernel" fn entry(b: $crate::abi::Batch) {
+                let Some((rank, channel)) = b.locate($crate::arch::nvptx::block_idx()) else {
+                    return;
+                };
                 $crate::entry::run::<
                     super::super::Block,
                     $t,
                     $crate::op::$op,
                     { $crate::abi::GPU_THREADS },
-                >(&super::super::Block::default(), &w);
+                >(&super::super::Block { channel }, &b.work(rank));
             }
         }
     };
@@ -108,7 +111,7 @@ pub unsafe extern "ptx-kernel" fn ringreduce_reduce_block(dst: u64, a: u64, b: u
 /// signal round trip.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn ringreduce_pingpong(flags: u64, iters: u64) {
-    let g = Gpu::<{ GPU_THREADS as u32 }>;
+    let g = Gpu::<{ GPU_THREADS as u32 }>::default();
     if g.thread_idx() != 0 {
         return;
     }

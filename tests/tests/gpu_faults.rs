@@ -5,12 +5,13 @@
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use ringreduce::{
     Algo, Buffers, Collective, Collectives, CommConfig, Communicator, CpuCommunicator, DataType,
-    Error, Op, RawBuffers, Region, WaitKind,
+    Error, Op, RawBuffers, Region, WaitKind, BATCH_RANKS,
 };
 use ringreduce_tests::cases::{Case, Offsets};
 use ringreduce_tests::checked::lengths;
+use ringreduce_tests::graph::Captured;
 use ringreduce_tests::soak::{env_or, soak, soak_ks, soak_ring};
-use ringreduce_tests::{gpu_comm, run_case, run_gpu_tests};
+use ringreduce_tests::{gpu_comm, gpu_comm_on, run_case, run_gpu_tests};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -113,18 +114,48 @@ fn gpu_bad_input(dev: usize) {
     after_error(&comm, &mut b, e, |e| {
         matches!(e, Error::WrongStreamCount { got: 2, k: 3 })
     });
-    // One stream shared by two ranks.
+    // Ranks of one launch may share a stream, even the legacy default one:
+    // the collective is one grid.
     let shared = vec![s[0].clone(), s[0].clone(), s[2].clone()];
-    let e = b.run(&comm, &shared).unwrap_err();
-    after_error(&comm, &mut b, e, |e| {
-        matches!(e, Error::SharedStream { a: 0, b: 1 })
-    });
-    // The legacy default stream.
     let def = vec![s[0].clone(), comm.context(0).default_stream(), s[2].clone()];
-    let e = b.run(&comm, &def).unwrap_err();
-    after_error(&comm, &mut b, e, |e| {
-        matches!(e, Error::DefaultStream { rank: 1 })
-    });
+    for streams in [shared, def] {
+        b.run(&comm, &streams).unwrap();
+        comm.synchronize().unwrap();
+        assert!(b.correct(k), "wrong result with shared streams");
+        for (r, st) in b.recv.iter_mut().zip(&b.streams) {
+            st.memcpy_htod(&vec![SENTINEL; r.len()], r).unwrap();
+            st.synchronize().unwrap();
+        }
+    }
+    // Ranks in two launches on one device (more than BATCH_RANKS there)
+    // may not: one stream, or the default stream, would serialise them.
+    {
+        let many = BATCH_RANKS + 1;
+        let big = Communicator::with_config(dev, many, CommConfig::default().channels(1)).unwrap();
+        let mut own = big.new_streams().unwrap();
+        let none = RawBuffers {
+            send: 0,
+            send_len: 0,
+            recv: 0,
+            recv_len: 0,
+        };
+        let raw = vec![none; many];
+        own[BATCH_RANKS] = own[0].clone();
+        // SAFETY: refused before anything is read.
+        let e = unsafe {
+            big.collective_raw(Collective::AllReduce, &raw, DataType::F32, Op::Sum, &own)
+        };
+        assert!(
+            matches!(e, Err(Error::SharedStream { a: 0, b }) if b == BATCH_RANKS),
+            "{e:?}"
+        );
+        own[BATCH_RANKS] = big.context(0).default_stream();
+        // SAFETY: as above.
+        let e = unsafe {
+            big.collective_raw(Collective::AllReduce, &raw, DataType::F32, Op::Sum, &own)
+        };
+        assert!(matches!(e, Err(Error::DefaultStream { .. })), "{e:?}");
+    }
     // Raw pointers: a host address, and a length past the allocation.
     let host = vec![0f32; 3000];
     let raw: Vec<RawBuffers> = (0..k)
@@ -168,10 +199,11 @@ fn gpu_bad_input(dev: usize) {
     after_error(&comm, &mut b, e, |e| {
         matches!(e, Error::BufferOutOfBounds { rank: 0, .. })
     });
-    // More ranks than can be resident (at most 128 kernels run at once).
-    let e = Communicator::new(dev, 129).err();
+    // More ranks than blocks can be resident.
+    let too_many = comm.resident_blocks() + 1;
+    let e = Communicator::new(dev, too_many).err();
     assert!(
-        matches!(e, Some(Error::TooManyRanks { k: 129, .. })),
+        matches!(e, Some(Error::TooManyRanks { k, .. }) if k == too_many),
         "{e:?}"
     );
     // More channels than stay resident beside the other ranks' blocks.
@@ -337,6 +369,46 @@ fn gpu_direct_faults(dev: usize) {
             );
             assert!(matches!(err, Error::Aborted { .. }), "{err}");
             assert!(t.elapsed() < Duration::from_millis(500));
+        }
+    }
+}
+
+/// Bounded waits and abort inside a CUDA graph replay: a graph captured
+/// while rank 1 was withheld, with a direct and a ring all-reduce, times
+/// out when replayed, or ends at an abort long before its timeout.
+fn gpu_graph_faults(dev: usize) {
+    for abort in [false, true] {
+        let timeout = Duration::from_secs(if abort { 60 } else { 1 });
+        let cfg = CommConfig::default().timeout(timeout).channels(1);
+        let comm = gpu_comm_on(&[dev; 4], cfg).unwrap();
+        let cases = [
+            (Collective::AllReduce, 2, false),
+            (Collective::AllReduce, 1 << 20, false),
+        ];
+        let cap = Captured::new(&comm, &cases).unwrap();
+        comm.withhold_rank(Some(1));
+        let graph = cap.capture(&comm).unwrap();
+        comm.withhold_rank(None);
+        let t0 = Instant::now();
+        graph.launch().unwrap();
+        let err = std::thread::scope(|sc| {
+            if abort {
+                sc.spawn(|| {
+                    std::thread::sleep(Duration::from_millis(300));
+                    comm.abort();
+                });
+            }
+            comm.synchronize()
+                .expect_err("a replay without rank 1 must fail")
+        });
+        let took = t0.elapsed();
+        println!("gpu graph replay without rank 1 (abort: {abort}): {took:?}: {err}");
+        if abort {
+            assert!(matches!(err, Error::Aborted { .. }), "{err}");
+            assert!(took < Duration::from_secs(10));
+        } else {
+            assert!(matches!(&err, Error::Timeout(t) if t.peer == 1), "{err}");
+            assert!(took < 2 * timeout + Duration::from_secs(2));
         }
     }
 }
@@ -553,6 +625,7 @@ fn main() -> std::process::ExitCode {
         ("gpu_direct_faults", gpu_direct_faults),
         ("gpu_abort", gpu_abort),
         ("gpu_abort_before_enqueue", gpu_abort_before_enqueue),
+        ("gpu_graph_faults", gpu_graph_faults),
         #[cfg(feature = "fault-injection")]
         ("gpu_lost_signal", gpu_lost_signal),
         (

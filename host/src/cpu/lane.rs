@@ -168,7 +168,7 @@ unsafe impl Device for Lane<'_> {
     fn thread_idx(&self) -> u64 {
         self.tid
     }
-    fn block_idx(&self) -> u64 {
+    fn channel(&self) -> u64 {
         self.block
     }
     fn block_barrier_or(&self, pred: bool) -> bool {

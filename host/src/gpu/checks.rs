@@ -10,9 +10,10 @@ use crate::planner::BufferSpan;
 use cudarc::driver::{CudaStream, DeviceSlice};
 use std::sync::Arc;
 
-/// One stream per rank, on the rank's device; no stream shared by two
-/// ranks, and no legacy default stream where ranks share a device (either
-/// would serialise blocks that must run together).
+/// One stream per rank, on the rank's device. Ranks of one launch group may
+/// share any stream; ranks in different launches on one device may not
+/// share one, nor use the legacy default stream (either would serialise
+/// grids that must run together).
 pub fn check_streams(inner: &Inner, streams: &[Arc<CudaStream>]) -> Result<()> {
     let k = inner.ranks.len();
     if streams.len() != k {
@@ -21,8 +22,15 @@ pub fn check_streams(inner: &Inner, streams: &[Arc<CudaStream>]) -> Result<()> {
             k,
         });
     }
+    let mut group_of = vec![0; k];
+    for (g, group) in inner.groups.iter().enumerate() {
+        for &u in &group.ranks {
+            group_of[u] = g;
+        }
+    }
+    let device = |u: usize| inner.ranks[u].ctx.ordinal();
     for (u, s) in streams.iter().enumerate() {
-        let expected = inner.ranks[u].ctx.ordinal();
+        let expected = device(u);
         let found = s.context().ordinal();
         if found != expected {
             return Err(Error::StreamDevice {
@@ -31,12 +39,12 @@ pub fn check_streams(inner: &Inner, streams: &[Arc<CudaStream>]) -> Result<()> {
                 expected,
             });
         }
-        let shares_device = (0..k).any(|v| v != u && inner.ranks[v].ctx.ordinal() == expected);
-        if shares_device && s.cu_stream().is_null() {
+        let apart = |v: usize| v != u && device(v) == expected && group_of[v] != group_of[u];
+        if s.cu_stream().is_null() && (0..k).any(apart) {
             return Err(Error::DefaultStream { rank: u });
         }
         for (v, other) in streams.iter().enumerate().take(u) {
-            if other.cu_stream() == s.cu_stream() && other.context().ordinal() == found {
+            if apart(v) && other.cu_stream() == s.cu_stream() {
                 return Err(Error::SharedStream { a: v, b: u });
             }
         }

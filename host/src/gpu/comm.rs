@@ -22,15 +22,21 @@ use std::sync::Arc;
 /// ranks are virtual ranks on one GPU; with [`Communicator::with_placement`]
 /// they can be one per GPU.
 ///
-/// Co-residency: every collective launches one grid of `C` blocks (its
-/// channels) per rank, each on that rank's own stream, exactly as one grid
-/// per GPU would be launched on several GPUs. The blocks must all run at
-/// once; the communicator checks at creation that the ranks' blocks fit on
-/// each device (occupancy times multiprocessors, and at most 128 resident
-/// kernels), and refuses streams that would serialise the launches (two
-/// ranks on one stream, or the legacy default stream). Communicators that
-/// share a GPU and run collectives at the same time must together fit too
-/// (see [`Communicator::resident_blocks`]).
+/// Launches: the ranks of one device run as one grid of `C` blocks (their
+/// channels) per rank, one launch per collective for up to
+/// [`BATCH_RANKS`](ringreduce_kernels::abi::BATCH_RANKS) ranks, as one grid
+/// per GPU runs on several GPUs. That launch goes on the first of those
+/// ranks' streams, ordered after and before every other one by events, so
+/// the ranks may share a stream (as a CUDA graph capture needs) or each
+/// have their own.
+///
+/// Co-residency: the blocks must all run at once; the communicator checks
+/// at creation that the ranks' blocks fit on each device (occupancy times
+/// multiprocessors), and refuses streams that would serialise two launches
+/// on one device (more than `BATCH_RANKS` ranks there sharing a stream, or
+/// the legacy default stream). Communicators that share a GPU and run
+/// collectives at the same time must together fit too (see
+/// [`Communicator::resident_blocks`]).
 ///
 /// ```no_run
 /// use ringreduce::{Buffers, Communicator, Op};
@@ -56,8 +62,9 @@ use std::sync::Arc;
 /// ```
 pub struct Communicator {
     inner: Arc<Inner>,
-    /// One stream per rank, for callers (like the [`Collectives`] trait)
-    /// that do not bring their own.
+    /// A stream per rank, for callers (like the [`Collectives`] trait)
+    /// that do not bring their own: the ranks of one launch share one, so
+    /// such a call is a single launch with no events.
     ///
     /// [`Collectives`]: crate::Collectives
     streams: Vec<Arc<CudaStream>>,
@@ -86,11 +93,14 @@ impl Communicator {
     /// devices that cannot reach each other are [`Error::NoPeerAccess`].
     pub fn with_placement(devices: &[usize], config: CommConfig) -> Result<Self> {
         let inner = create(devices, config)?;
-        let streams = inner
-            .ranks
-            .iter()
-            .map(|r| Ok(r.ctx.new_stream()?))
-            .collect::<Result<_>>()?;
+        let mut streams = vec![None; devices.len()];
+        for g in &inner.groups {
+            let s = inner.ranks[g.ranks[0]].ctx.new_stream()?;
+            for &u in &g.ranks {
+                streams[u] = Some(s.clone());
+            }
+        }
+        let streams = streams.into_iter().flatten().collect();
         Ok(Communicator {
             inner: Arc::new(inner),
             streams,

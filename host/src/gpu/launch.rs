@@ -1,14 +1,84 @@
-//! Enqueuing a planned collective: one grid of `channels` blocks per rank,
-//! each on its rank's stream, in stream order with that rank's earlier
-//! collectives.
+//! Enqueuing a planned collective: one grid per group of ranks that share a
+//! device (a [`Batch`] of up to [`BATCH_RANKS`] ranks, `channels` blocks
+//! each), in stream order with those ranks' earlier collectives.
+//!
+//! Virtual ranks on one GPU so cost one launch, not one per rank, and they
+//! may share a stream (a CUDA graph captures one). Where their streams
+//! differ, events order the launch: every rank's stream, then the launch on
+//! the first rank's stream, then every rank's stream again. Nothing waits
+//! on the host.
 
 use super::setup::Inner;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::planner::Plan;
-use cudarc::driver::{result, CudaStream};
-use ringreduce_kernels::abi::{Work, BLOCK_THREADS};
+use cudarc::driver::{result, sys, CudaContext, CudaStream};
+use ringreduce_kernels::abi::{Batch, Work, BATCH_RANKS, BLOCK_THREADS};
 use ringreduce_kernels::{DataType, Op};
 use std::sync::Arc;
+
+/// User ranks by device, in order of first appearance, cut into groups of
+/// at most [`BATCH_RANKS`]: the ranks each launch runs.
+pub fn launch_groups(devices: &[usize]) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = Vec::new();
+    for &d in devices {
+        if !order.contains(&d) {
+            order.push(d);
+        }
+    }
+    order
+        .iter()
+        .flat_map(|&d| {
+            let ranks: Vec<usize> = (0..devices.len()).filter(|&u| devices[u] == d).collect();
+            ranks
+                .chunks(BATCH_RANKS)
+                .map(<[usize]>::to_vec)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The ranks one launch runs and the events that order it with their
+/// streams (made once, recorded again by every call).
+pub struct Group {
+    pub ranks: Vec<usize>,
+    /// One per rank of the group: recorded on a stream the launch waits for.
+    arrive: Vec<sys::CUevent>,
+    /// Recorded after the launch, for the other streams to wait for.
+    done: sys::CUevent,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: the events are plain driver handles, used under the launch lock.
+unsafe impl Send for Group {}
+unsafe impl Sync for Group {}
+
+impl Group {
+    pub fn new(ctx: &Arc<CudaContext>, ranks: Vec<usize>) -> Result<Group> {
+        ctx.bind_to_thread()?;
+        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
+        let mut g = Group {
+            arrive: Vec::with_capacity(ranks.len()),
+            done: result::event::create(flags)?,
+            ranks,
+            ctx: ctx.clone(),
+        };
+        for _ in 0..g.ranks.len() {
+            g.arrive.push(result::event::create(flags)?);
+        }
+        Ok(g)
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            for &e in self.arrive.iter().chain([&self.done]) {
+                // SAFETY: created by us, used by nothing after the group.
+                let _ = unsafe { result::event::destroy(e) };
+            }
+        }
+    }
+}
 
 /// Enqueues `plan` on `streams` (one per user rank). A failed launch
 /// breaks the communicator: the ranks already launched cannot finish.
@@ -31,16 +101,22 @@ pub fn enqueue(
             };
             Ok(())
         }
-        Plan::Launch {
-            channels, works, ..
-        } => {
+        Plan::Launch { works, .. } => {
             let withhold = inner.state.hooks().withhold_rank;
-            for (u, w) in works.iter().enumerate() {
-                if withhold == Some(u) {
+            for g in &inner.groups {
+                let members: Vec<usize> = g
+                    .ranks
+                    .iter()
+                    .copied()
+                    .filter(|&u| withhold != Some(u))
+                    .collect();
+                if members.is_empty() {
                     continue;
                 }
-                let r = hand_over(&mut last[u], &streams[u])
-                    .and_then(|()| launch(inner, u, w, channels, dtype, op, &streams[u]));
+                let r = members
+                    .iter()
+                    .try_for_each(|&u| hand_over(&mut last[u], &streams[u]))
+                    .and_then(|()| launch(inner, g, &members, &works, dtype, op, streams));
                 if let Err(e) = r {
                     inner.state.mark_broken(&e);
                     return Err(e);
@@ -51,32 +127,60 @@ pub fn enqueue(
     }
 }
 
-/// Launches user rank `u`'s grid.
+/// Launches the grid of `members` (ranks of group `g`) on the first
+/// member's stream, ordered after and before every member's stream.
 fn launch(
     inner: &Inner,
-    u: usize,
-    w: &Work,
-    channels: u64,
+    g: &Group,
+    members: &[usize],
+    works: &[Work],
     dtype: DataType,
     op: Op,
-    stream: &CudaStream,
+    streams: &[Arc<CudaStream>],
 ) -> Result<()> {
-    let f = inner.kernels[u].get(dtype, op);
-    inner.ranks[u].ctx.bind_to_thread()?;
-    let mut work = *w;
-    let mut params = [&mut work as *mut Work as *mut std::ffi::c_void];
-    // SAFETY: the kernel takes one `Work` by value; the driver copies it at
-    // launch.
+    let lead = members[0];
+    let on = streams[lead].cu_stream();
+    let picked: Vec<Work> = members.iter().map(|&u| works[u]).collect();
+    let mut batch = Batch::new(&picked).ok_or_else(|| {
+        Error::Broken(format!(
+            "internal: a launch of {} ranks does not make one batch",
+            picked.len()
+        ))
+    })?;
+    // Each other stream once, in the order the members name them.
+    let mut others: Vec<sys::CUstream> = Vec::new();
+    for &u in &members[1..] {
+        let s = streams[u].cu_stream();
+        if s != on && !others.contains(&s) {
+            others.push(s);
+        }
+    }
+    inner.ranks[lead].ctx.bind_to_thread()?;
+    let wait = sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
+    let f = inner.kernels[lead].get(dtype, op);
+    let mut params = [&mut batch as *mut Batch as *mut std::ffi::c_void];
+    // SAFETY: the events are live and on this context; the kernel takes one
+    // `Batch` by value, which the driver copies at launch.
     unsafe {
+        for (&s, &e) in others.iter().zip(&g.arrive) {
+            result::event::record(e, s)?;
+            result::stream::wait_event(on, e, wait)?;
+        }
         result::launch_kernel(
             f.cu_function(),
-            (channels as u32, 1, 1),
+            (batch.blocks() as u32, 1, 1),
             (BLOCK_THREADS, 1, 1),
             0,
-            stream.cu_stream(),
+            on,
             &mut params,
-        )?
-    };
+        )?;
+        if !others.is_empty() {
+            result::event::record(g.done, on)?;
+            for &s in &others {
+                result::stream::wait_event(s, g.done, wait)?;
+            }
+        }
+    }
     Ok(())
 }
 
@@ -92,4 +196,21 @@ fn hand_over(last: &mut Option<Arc<CudaStream>>, next: &Arc<CudaStream>) -> Resu
     }
     *last = Some(next.clone());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_follow_devices_and_the_batch_limit() {
+        assert_eq!(launch_groups(&[0, 0, 0]), vec![vec![0, 1, 2]]);
+        assert_eq!(launch_groups(&[1, 0, 1, 0]), vec![vec![0, 2], vec![1, 3]]);
+        let many = vec![0; BATCH_RANKS + 3];
+        let g = launch_groups(&many);
+        assert_eq!(g.len(), 2);
+        assert_eq!(g[0], (0..BATCH_RANKS).collect::<Vec<_>>());
+        assert_eq!(g[1], (BATCH_RANKS..BATCH_RANKS + 3).collect::<Vec<_>>());
+        assert!(launch_groups(&[]).is_empty());
+    }
 }

@@ -3,6 +3,7 @@
 //! rank's staging, flags, ring table and connection in device memory.
 
 use super::driver::{enable_peer_access, open_device, p2p_link, DeviceAlloc, MappedHost};
+use super::launch::{launch_groups, Group};
 use super::module::Kernels;
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
@@ -12,7 +13,7 @@ use crate::state::CommState;
 use crate::topology::{check_ring, ring_from_topology};
 use cudarc::driver::{result, sys, CudaContext, CudaStream};
 use ringreduce_kernels::abi::{
-    DirectPeer, RankConn, BLOCK_THREADS, DIRECT_FLAG_STRIDE, GPU_THREADS, MAX_CHANNELS,
+    DirectPeer, RankConn, BATCH_RANKS, BLOCK_THREADS, DIRECT_FLAG_STRIDE, GPU_THREADS, MAX_CHANNELS,
 };
 use ringreduce_kernels::{DataType, StatusRecord};
 use std::collections::btree_map::Entry;
@@ -20,7 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 /// Kernels that can be resident on one device at once (compute capability
-/// 7.0 and newer): one launch per rank, so at most this many ranks there.
+/// 7.0 and newer): one launch per [`BATCH_RANKS`] ranks there.
 const MAX_RESIDENT_GRIDS: usize = 128;
 
 /// Channels' staging rings start this many bytes apart at least, so that
@@ -64,6 +65,9 @@ pub struct Inner {
     /// callers cannot interleave two collectives' launches across ranks;
     /// holds each rank's last stream.
     pub launch: Mutex<Vec<Option<Arc<CudaStream>>>>,
+    /// The ranks each launch runs, with the events that order it with
+    /// their streams.
+    pub groups: Vec<Group>,
     pub state: CommState,
     /// Blocks of the collective kernels that can be resident at once on
     /// the smallest of the ranks' devices.
@@ -199,6 +203,10 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
         kernels: devices.iter().map(|d| kernels_of[d].clone()).collect(),
         host,
         launch: Mutex::new(vec![None; k]),
+        groups: launch_groups(devices)
+            .into_iter()
+            .map(|ranks| Group::new(&ctxs[&devices[ranks[0]]], ranks))
+            .collect::<Result<_>>()?,
         resident_blocks,
     })
 }
@@ -271,10 +279,10 @@ fn channels_that_fit(
 ) -> Result<usize> {
     let threads = BLOCK_THREADS as usize;
     let max = (blocks / here.max(1)).min(MAX_CHANNELS);
-    if here > MAX_RESIDENT_GRIDS || max == 0 {
+    if here.div_ceil(BATCH_RANKS) > MAX_RESIDENT_GRIDS || max == 0 {
         return Err(Error::TooManyRanks {
             k: here,
-            max: blocks.min(MAX_RESIDENT_GRIDS),
+            max: blocks.min(MAX_RESIDENT_GRIDS * BATCH_RANKS),
             device: ctx.ordinal(),
             threads,
         });

@@ -25,9 +25,12 @@ macro_rules! store_shared {
     };
 }
 
-/// A GPU block running the kernel; `THREADS` producers plus the control lane.
+/// A GPU block running the kernel; `THREADS` producers plus the control
+/// lane, running channel `channel` of one rank of its launch's batch.
 #[derive(Clone, Copy, Default)]
-pub struct Gpu<const THREADS: u32>;
+pub struct Gpu<const THREADS: u32> {
+    pub channel: u64,
+}
 
 /// Barrier ids: 0 is the whole block's; the two "slice done" barriers (one
 /// per parity) follow.
@@ -86,8 +89,8 @@ unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
     }
 
     #[inline(always)]
-    fn block_idx(&self) -> u64 {
-        block_idx()
+    fn channel(&self) -> u64 {
+        self.channel
     }
 
     /// `barrier.red.or.pred` on barrier 0 with the whole block: the
