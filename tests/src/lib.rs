@@ -6,6 +6,7 @@
 pub mod cases;
 pub mod checked;
 pub mod data;
+pub mod graph;
 pub mod soak;
 
 pub use cases::{run_case, Case, Outcome};
@@ -75,7 +76,17 @@ pub fn gpu_comm(
     k: usize,
     config: ringreduce::CommConfig,
 ) -> ringreduce::Result<Leased> {
-    let comm = ringreduce::Communicator::with_placement(&placement(first, k), config)?;
+    gpu_comm_on(&placement(first, k), config)
+}
+
+/// A communicator with user rank `u` on `devices[u]`, holding its blocks in
+/// [`BlockPool`] while it lives.
+pub fn gpu_comm_on(
+    devices: &[usize],
+    config: ringreduce::CommConfig,
+) -> ringreduce::Result<Leased> {
+    let k = devices.len();
+    let comm = ringreduce::Communicator::with_placement(devices, config)?;
     let blocks = (k * comm.max_channels()).min(comm.resident_blocks());
     let pool = BLOCK_POOL.get_or_init(|| BlockPool::new(comm.resident_blocks()));
     pool.take(blocks);
