@@ -6,8 +6,18 @@ use clap::Parser;
 use ringreduce::{Algo, DataType, Op};
 use std::path::PathBuf;
 
-fn algo_arg(s: &str) -> Result<Algo, String> {
-    Algo::parse(s).map_err(|e| e.to_string())
+/// `--algo`: one algorithm, or `all` of them one after the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlgoArg {
+    One(Algo),
+    All,
+}
+
+fn algo_arg(s: &str) -> Result<AlgoArg, String> {
+    if s == "all" {
+        return Ok(AlgoArg::All);
+    }
+    Algo::parse(s).map(AlgoArg::One).map_err(|e| e.to_string())
 }
 
 fn size_arg(s: &str) -> Result<u64, String> {
@@ -72,9 +82,10 @@ pub struct BenchArgs {
     #[arg(short = 'C', long = "channels")]
     pub channels: Option<u32>,
     /// The algorithm: auto (by size), ring, one-shot or two-shot; default
-    /// RINGREDUCE_ALGO or auto.
+    /// RINGREDUCE_ALGO or auto. `all` runs the sweep with each forced in
+    /// turn, then auto, and compares auto with the best of them per size.
     #[arg(long = "algo", value_parser = algo_arg)]
-    pub algo: Option<Algo>,
+    pub algo: Option<AlgoArg>,
     /// Direct staging per rank (each of its two halves); default the
     /// library's (2 MiB). A forced direct algorithm needs the call to fit.
     #[arg(long = "direct-bytes", value_parser = size_arg)]
@@ -101,12 +112,28 @@ pub struct BenchArgs {
     /// (0: off; default: RINGREDUCE_PREFETCH_ROUNDS or 0)
     #[arg(long = "prefetch")]
     pub prefetch: Option<u8>,
+    /// Time each size's iterations as one CUDA graph replay (captured once
+    /// after the warm-up), as inference engines launch them (virtual ranks
+    /// on one GPU).
+    #[arg(long = "graph")]
+    pub graph: bool,
     /// Also run the sweep through NCCL (needs one GPU per rank).
     #[arg(long = "vs-nccl")]
     pub vs_nccl: bool,
 }
 
 impl BenchArgs {
+    /// The algorithms to sweep with, in order (`None`: the configured one).
+    pub fn algos(&self) -> Vec<Option<Algo>> {
+        match self.algo {
+            None => vec![None],
+            Some(AlgoArg::One(a)) => vec![Some(a)],
+            Some(AlgoArg::All) => [Algo::Ring, Algo::OneShot, Algo::TwoShot, Algo::Auto]
+                .map(Some)
+                .to_vec(),
+        }
+    }
+
     pub fn dtypes(&self) -> Result<Vec<DataType>, String> {
         if self.dtype == "all" {
             return Ok(DataType::ALL.to_vec());

@@ -2,8 +2,8 @@
 //! communicator's streams (nccl-tests' timing), the host clock on the CPU
 //! execution.
 
-use cudarc::driver::{sys, CudaEvent};
-use ringreduce::{Collectives, Communicator, CpuCommunicator, Result};
+use cudarc::driver::{sys, CudaEvent, CudaGraph};
+use ringreduce::{Collectives, Communicator, CpuCommunicator, Error, Result};
 use std::time::Instant;
 
 /// A backend whose queued work can be timed.
@@ -15,6 +15,13 @@ pub trait Clock: Collectives {
     fn mark(&self) -> Result<Self::Mark>;
     /// Microseconds between two marks, once the later one is reached.
     fn elapsed_us(&self, from: &Self::Mark, to: &Self::Mark) -> Result<f64>;
+
+    /// Work captured once and replayed (a CUDA graph).
+    type Graph;
+    /// Captures what `queue` enqueues, instead of running it.
+    fn capture(&self, queue: &mut dyn FnMut() -> Result<()>) -> Result<Self::Graph>;
+    /// Enqueues one replay of `g`.
+    fn replay(&self, g: &Self::Graph) -> Result<()>;
 }
 
 impl Clock for Communicator {
@@ -38,6 +45,32 @@ impl Clock for Communicator {
         to.synchronize()?;
         Ok(from.elapsed_ms(to)? as f64 * 1e3)
     }
+
+    type Graph = CudaGraph;
+
+    /// Captures on the stream every rank shares (virtual ranks on one GPU,
+    /// see `Communicator::streams`).
+    fn capture(&self, queue: &mut dyn FnMut() -> Result<()>) -> Result<CudaGraph> {
+        let s = &self.streams()[0];
+        if self
+            .streams()
+            .iter()
+            .any(|x| x.cu_stream() != s.cu_stream())
+        {
+            return Err(Error::Driver(
+                "graph capture needs every rank on one stream (virtual ranks on one GPU)".into(),
+            ));
+        }
+        s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+        let queued = queue();
+        let graph = s.end_capture(sys::CUgraphInstantiate_flags(0));
+        queued?;
+        graph?.ok_or_else(|| Error::Driver("the capture made no graph".into()))
+    }
+
+    fn replay(&self, g: &CudaGraph) -> Result<()> {
+        Ok(g.launch()?)
+    }
 }
 
 impl Clock for CpuCommunicator {
@@ -50,5 +83,15 @@ impl Clock for CpuCommunicator {
 
     fn elapsed_us(&self, from: &Instant, to: &Instant) -> Result<f64> {
         Ok(to.duration_since(*from).as_secs_f64() * 1e6)
+    }
+
+    type Graph = ();
+
+    fn capture(&self, _: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        Err(Error::Driver("graph capture needs a GPU".into()))
+    }
+
+    fn replay(&self, _: &()) -> Result<()> {
+        Ok(())
     }
 }

@@ -84,6 +84,9 @@ pub struct Report {
     pub iters: usize,
     pub warmup: usize,
     pub blocking: bool,
+    /// `--graph`: each size's iterations were one CUDA graph replay.
+    #[serde(default)]
+    pub graph: bool,
     /// Staging bytes per channel.
     pub buffsize: u64,
     /// `-C`: the channels asked for (`None`: automatic).

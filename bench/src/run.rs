@@ -3,7 +3,7 @@
 //! execution when there is no GPU (or `--cpu`).
 
 use crate::ceilings;
-use crate::cli::BenchArgs;
+use crate::cli::{AlgoArg, BenchArgs};
 use crate::clock::Clock;
 use crate::exact::{fill, FromSmall};
 use crate::metrics::{algbw, busbw, bytes_for, count_for, name, vs_device_copy};
@@ -15,8 +15,8 @@ use crate::table;
 use cudarc::driver::sys;
 use indicatif::{ProgressBar, ProgressStyle};
 use ringreduce::{
-    reference, Collective, Collectives, CommConfig, Communicator, CpuCommunicator, DataType, Op,
-    Region, RingOrder, RsElement,
+    reference, Algo, Collective, Collectives, CommConfig, Communicator, CpuCommunicator, DataType,
+    Op, Region, RingOrder, RsElement,
 };
 
 /// Largest size the CPU execution sweeps to: it exists to show the runner
@@ -28,6 +28,7 @@ pub const CEILING_COPY_BYTES: u64 = 1 << 30;
 pub(crate) use ringreduce::with_element_type as with_elem;
 
 /// One sweep point, for either backend.
+#[derive(Debug, Clone, Copy)]
 pub struct Point {
     pub collective: Collective,
     pub dtype: DataType,
@@ -151,6 +152,9 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
             min = min.min(max);
         }
     }
+    if args.graph && (!use_gpu || args.blocking || args.vs_nccl) {
+        return Err("--graph needs a GPU, and neither -z 1 nor --vs-nccl".into());
+    }
     let sizes = sweep(min, max, args.factor, args.increment)?;
     let pts = points(args, &sizes)?;
     let ring =
@@ -165,7 +169,7 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
     if let Some(c) = args.channels {
         config = config.channels(c);
     }
-    if let Some(a) = args.algo {
+    if let Some(AlgoArg::One(a)) = args.algo {
         config = config.algorithm(a);
     }
     if let Some(b) = args.direct_bytes {
@@ -190,13 +194,17 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         iters: args.iters,
         warmup: args.warmup,
         blocking: args.blocking,
+        graph: args.graph,
         buffsize: 0,
         channels: args.channels,
-        algorithm: config
-            .effective_algorithm()
-            .map_err(|e| e.to_string())?
-            .name()
-            .into(),
+        algorithm: match args.algo {
+            Some(AlgoArg::All) => "all".into(),
+            _ => config
+                .effective_algorithm()
+                .map_err(|e| e.to_string())?
+                .name()
+                .into(),
+        },
         ring_order: ring.user_from_ring().to_vec(),
         devices: vec![],
         prefetch_rounds: config.effective_prefetch_rounds(),
@@ -208,6 +216,7 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         avg_busbw: 0.0,
     };
 
+    let mut per_algo: Vec<(Option<Algo>, Vec<Row>)> = Vec::new();
     if use_gpu {
         let ctx = ringreduce::gpu::open_device(0).map_err(|e| e.to_string())?;
         report.device = ctx.name().map_err(|e| e.to_string())?;
@@ -218,31 +227,47 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         unsafe { ctx.disable_event_tracking() };
         let c = ceilings::measure(&ctx, CEILING_COPY_BYTES).map_err(|e| e.to_string())?;
         let devices = placement(args.ranks, *gpus.as_ref().unwrap_or(&1));
-        let comm = Communicator::with_placement(&devices, config).map_err(|e| e.to_string())?;
-        report.ring_order = comm.ring_order().user_from_ring().to_vec();
-        report.buffsize = comm.staging_bytes();
         let ranks_here = devices.iter().filter(|&&d| d == devices[0]).count();
-        report.devices = devices;
-        print!("{}", table::preamble(&report));
+        report.devices = devices.clone();
         print!("{}", table::ceilings(&c));
         let judge = Judge {
             ceilings: Some(&c),
             busbw_ceiling: Some(c.block_copy_gbps),
             ranks_here,
         };
-        report.rows = sweep_all(args, &comm, &pts, judge, "1-block copy")?;
+        for (i, a) in args.algos().into_iter().enumerate() {
+            let comm = Communicator::with_placement(&devices, with_algo(&config, a))
+                .map_err(|e| e.to_string())?;
+            if i == 0 {
+                report.ring_order = comm.ring_order().user_from_ring().to_vec();
+                report.buffsize = comm.staging_bytes();
+                print!("{}", table::preamble(&report));
+            }
+            let rows = sweep_all(args, &comm, &points_for(&pts, a), judge, "1-block copy")?;
+            per_algo.push((a, rows));
+        }
         report.ceilings = Some(c);
     } else {
-        let comm = CpuCommunicator::with_config(args.ranks, config).map_err(|e| e.to_string())?;
-        report.buffsize = comm.staging_bytes();
-        print!("{}", table::preamble(&report));
         let judge = Judge {
             ceilings: None,
             busbw_ceiling: None,
             ranks_here: args.ranks,
         };
-        report.rows = sweep_all(args, &comm, &pts, judge, "(none: CPU)")?;
+        for (i, a) in args.algos().into_iter().enumerate() {
+            let comm = CpuCommunicator::with_config(args.ranks, with_algo(&config, a))
+                .map_err(|e| e.to_string())?;
+            if i == 0 {
+                report.buffsize = comm.staging_bytes();
+                print!("{}", table::preamble(&report));
+            }
+            let rows = sweep_all(args, &comm, &points_for(&pts, a), judge, "(none: CPU)")?;
+            per_algo.push((a, rows));
+        }
     }
+    if args.algo == Some(AlgoArg::All) {
+        print!("{}", table::auto_vs_best(&per_algo));
+    }
+    report.rows = per_algo.into_iter().flat_map(|(_, rows)| rows).collect();
 
     if args.vs_nccl {
         let devices = gpus.as_ref().copied().unwrap_or(0);
@@ -282,6 +307,23 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         println!("# Plot written to {}", p.display());
     }
     Ok(if report.out_of_bounds == 0 { 0 } else { 1 })
+}
+
+/// `config` with algorithm `a` forced (`None`: as configured).
+fn with_algo(config: &CommConfig, a: Option<Algo>) -> CommConfig {
+    match a {
+        Some(a) => config.clone().algorithm(a),
+        None => config.clone(),
+    }
+}
+
+/// The points a sweep with `a` runs: a forced two-shot is the one-shot for
+/// all but the all-reduce, so only its all-reduce points.
+fn points_for(pts: &[Point], a: Option<Algo>) -> Vec<Point> {
+    pts.iter()
+        .filter(|p| a != Some(Algo::TwoShot) || p.collective == Collective::AllReduce)
+        .cloned()
+        .collect()
 }
 
 /// `-g N` on a machine with at least N GPUs: one rank per GPU, as
@@ -441,14 +483,23 @@ fn type_sweep<C: Clock, T: RsElement + FromSmall>(
             for it in 0..args.warmup {
                 launch(it)?;
             }
-            let start = comm.mark()?;
-            for it in 0..args.iters {
-                launch(it)?;
-                if args.blocking {
-                    comm.synchronize()?;
+            let (start, stop) = if args.graph {
+                let g = comm.capture(&mut || (0..args.iters).try_for_each(&mut launch))?;
+                // The first replay uploads the graph.
+                comm.replay(&g)?;
+                let start = comm.mark()?;
+                comm.replay(&g)?;
+                (start, comm.mark()?)
+            } else {
+                let start = comm.mark()?;
+                for it in 0..args.iters {
+                    launch(it)?;
+                    if args.blocking {
+                        comm.synchronize()?;
+                    }
                 }
-            }
-            let stop = comm.mark()?;
+                (start, comm.mark()?)
+            };
             timed[pi] = comm.elapsed_us(&start, &stop)? / args.iters.max(1) as f64;
             comm.synchronize()?;
             if args.check {

@@ -2,6 +2,7 @@
 //! output pastes beside theirs and reads the same way.
 
 use crate::report::{Ceilings, Perf, Report, Row};
+use ringreduce::Algo;
 use std::fmt::Write;
 
 /// nccl-tests' time format: fewer decimals as the time grows.
@@ -167,6 +168,82 @@ pub fn preamble(r: &Report) -> String {
     s
 }
 
+/// How much slower `Auto` is than the fastest forced algorithm, worst over
+/// both placements, for rows of one collective and size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AutoVsBest {
+    pub collective: String,
+    pub size: u64,
+    /// The forced algorithm that was fastest, and its time (µs).
+    pub best: String,
+    pub best_us: f64,
+    /// What `Auto` ran, and its time (µs).
+    pub auto: String,
+    pub auto_us: f64,
+}
+
+impl AutoVsBest {
+    pub fn ratio(&self) -> f64 {
+        self.auto_us / self.best_us
+    }
+}
+
+/// One [`AutoVsBest`] per (collective, size) that `Auto` and a forced
+/// algorithm both ran; `per_algo` holds each sweep's rows (`None` or
+/// `Some(Auto)` is `Auto`). Times are the mean of out-of-place and in-place.
+pub fn compare_auto(per_algo: &[(Option<Algo>, Vec<Row>)]) -> Vec<AutoVsBest> {
+    let mean = |r: &Row| (r.out_of_place.time_us + r.in_place.time_us) / 2.0;
+    let is_auto = |a: &Option<Algo>| matches!(a, None | Some(Algo::Auto));
+    let mut out = Vec::new();
+    for (_, rows) in per_algo.iter().filter(|(a, _)| is_auto(a)) {
+        for r in rows {
+            let best = per_algo
+                .iter()
+                .filter(|(a, _)| !is_auto(a))
+                .flat_map(|(_, rows)| rows)
+                .filter(|f| f.collective == r.collective && f.size == r.size)
+                .min_by(|x, y| mean(x).total_cmp(&mean(y)));
+            if let Some(b) = best {
+                out.push(AutoVsBest {
+                    collective: r.collective.clone(),
+                    size: r.size,
+                    best: b.algorithm.clone(),
+                    best_us: mean(b),
+                    auto: r.algorithm.clone(),
+                    auto_us: mean(r),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The `--algo all` table: per collective and size, the fastest forced
+/// algorithm, what `Auto` chose, and how much slower it was.
+pub fn auto_vs_best(per_algo: &[(Option<Algo>, Vec<Row>)]) -> String {
+    let rows = compare_auto(per_algo);
+    let mut s = String::from(
+        "#\n# Auto against the fastest forced algorithm (mean of out-of-place and in-place):\n#  collective          size       best  best(us)       auto  auto(us)  auto/best\n",
+    );
+    for r in &rows {
+        writeln!(
+            s,
+            "  {:<14} {:>10} {:>10} {:>9.2} {:>10} {:>9.2} {:>10.3}",
+            r.collective,
+            r.size,
+            r.best,
+            r.best_us,
+            r.auto,
+            r.auto_us,
+            r.ratio()
+        )
+        .unwrap();
+    }
+    let worst = rows.iter().map(AutoVsBest::ratio).fold(0.0, f64::max);
+    writeln!(s, "# Auto worst ratio to the best: {worst:.3}").unwrap();
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,5 +309,45 @@ mod tests {
             units.find("(us)").unwrap() + 4,
             got[1].find("2345.7").unwrap() + 6
         );
+    }
+
+    #[test]
+    fn auto_is_compared_with_the_fastest_forced_algorithm() {
+        let at = |alg: &str, size: u64, t: f64| Row {
+            collective: "all_reduce".into(),
+            channels: 1,
+            algorithm: alg.into(),
+            size,
+            count: size / 4,
+            dtype: "float".into(),
+            op: "sum".into(),
+            root: -1,
+            out_of_place: perf(t, 0.0, 0.0, 0, 0.0),
+            in_place: perf(t + 2.0, 0.0, 0.0, 0, 0.0),
+        };
+        let per_algo = vec![
+            (
+                Some(Algo::Ring),
+                vec![at("ring", 8, 20.0), at("ring", 1024, 20.0)],
+            ),
+            (
+                Some(Algo::OneShot),
+                vec![at("one-shot", 8, 4.0), at("one-shot", 1024, 30.0)],
+            ),
+            (
+                Some(Algo::Auto),
+                vec![at("one-shot", 8, 4.4), at("one-shot", 1024, 30.0)],
+            ),
+        ];
+        let got = compare_auto(&per_algo);
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].best.as_str(), got[0].best_us), ("one-shot", 5.0));
+        assert!((got[0].ratio() - 5.4 / 5.0).abs() < 1e-12);
+        assert_eq!(
+            (got[1].best.as_str(), got[1].auto.as_str()),
+            ("ring", "one-shot")
+        );
+        assert!((got[1].ratio() - 31.0 / 21.0).abs() < 1e-12);
+        assert!(auto_vs_best(&per_algo).contains("worst ratio to the best: 1.476"));
     }
 }

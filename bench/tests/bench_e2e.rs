@@ -124,6 +124,7 @@ fn json_schema_is_stable() {
         iters: 1,
         warmup: 1,
         blocking: false,
+        graph: false,
         buffsize: 1,
         channels: Some(2),
         algorithm: "auto".into(),
