@@ -221,9 +221,8 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         let ctx = ringreduce::gpu::open_device(0).map_err(|e| e.to_string())?;
         report.device = ctx.name().map_err(|e| e.to_string())?;
         report.driver_version = driver_version();
-        // The bench times launches back to back; cudarc's per-buffer event
-        // tracking would add driver calls to every one of them.
-        // SAFETY: the bench synchronises its streams itself.
+        // The ceilings' context: the bench synchronises its streams itself.
+        // SAFETY: as above.
         unsafe { ctx.disable_event_tracking() };
         let c = ceilings::measure(&ctx, CEILING_COPY_BYTES).map_err(|e| e.to_string())?;
         let devices = placement(args.ranks, *gpus.as_ref().unwrap_or(&1));
@@ -238,6 +237,14 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         for (i, a) in args.algos().into_iter().enumerate() {
             let comm = Communicator::with_placement(&devices, with_algo(&config, a))
                 .map_err(|e| e.to_string())?;
+            // The bench times launches back to back; cudarc's per-buffer
+            // event tracking would add two driver calls per buffer to every
+            // one (a context object each: the communicator's, not the one
+            // above), and a graph capture cannot wait on the uploads' events.
+            for u in 0..args.ranks {
+                // SAFETY: the bench synchronises its streams itself.
+                unsafe { comm.context(u).disable_event_tracking() };
+            }
             if i == 0 {
                 report.ring_order = comm.ring_order().user_from_ring().to_vec();
                 report.buffsize = comm.staging_bytes();
