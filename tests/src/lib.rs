@@ -114,8 +114,9 @@ impl BlockPool {
 
     fn take(&self, blocks: usize) {
         // A test that holds blocks while it asks for more would wait for
-        // itself: give up loudly rather than hang.
-        let limit = std::time::Duration::from_secs(900);
+        // itself: give up loudly rather than hang. Two minutes is longer
+        // than any test holds blocks, and shorter than a suite part's cap.
+        let limit = std::time::Duration::from_secs(120);
         let start = std::time::Instant::now();
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         while *free < blocks {

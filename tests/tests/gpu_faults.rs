@@ -351,6 +351,8 @@ fn gpu_direct_faults(dev: usize) {
                     );
                 }
             }
+            // Its blocks go back to the pool before the next takes any.
+            drop(comm);
             let cfg = CommConfig::default()
                 .timeout(Duration::from_secs(60))
                 .algorithm(algo);
