@@ -11,9 +11,10 @@ use ringreduce_kernels::plan::PACK_BYTES;
 pub const ALGO_ENV: &str = "RINGREDUCE_ALGO";
 
 /// Bytes of each of the two halves of a rank's direct staging when the
-/// config does not say: room for a 1 MiB two-shot all-reduce or a
-/// reduce-scatter of 2 MiB per rank.
-pub const DEFAULT_DIRECT_HALF_BYTES: u64 = 2 << 20;
+/// config does not say: room for everything [`choose`]'s `Auto` sends
+/// direct (a 4 MiB all-gather input, a 4 MiB two-shot all-reduce and its
+/// reduced blocks).
+pub const DEFAULT_DIRECT_HALF_BYTES: u64 = 8 << 20;
 
 /// Channels every direct call runs (fewer when a rank has fewer): all of
 /// them take part in every call, so that their epochs, and with them the
@@ -25,16 +26,37 @@ pub fn direct_channels(max_channels: u64) -> u64 {
     DIRECT_CHANNELS.clamp(1, max_channels.max(1))
 }
 
-/// `Auto` thresholds, in bytes of one rank's input. **Provisional**: taken
-/// from the field figures the small-message issue quotes (vLLM's one-shot
-/// up to about 256 KiB on 8 GPUs), not yet from H200 measurements of this
-/// library; `bench/NOTES.md` says so until they are measured.
-pub const AUTO_ONE_SHOT_MAX: u64 = 64 << 10;
-/// See [`AUTO_ONE_SHOT_MAX`]: the two-shot all-reduce up to here.
-pub const AUTO_TWO_SHOT_MAX: u64 = 1 << 20;
-/// See [`AUTO_ONE_SHOT_MAX`]: direct reduce-scatter and all-gather up to
-/// here (per rank input).
-pub const AUTO_DIRECT_MAX: u64 = 256 << 10;
+// `Auto`'s thresholds, in bytes of one rank's input, from the H200 latency
+// sweeps at k = 2, 4 and 8 virtual ranks (`bench/NOTES.md`, 2026-12-04,
+// eighth session): each is the last size where the direct form was the
+// fastest, or within 10% of it.
+
+/// Direct reduce-scatter up to here.
+pub const AUTO_RS_DIRECT_MAX: u64 = 2 << 20;
+/// Direct all-gather up to here.
+pub const AUTO_AG_DIRECT_MAX: u64 = 4 << 20;
+/// All-reduce on more than two ranks: one-shot up to here...
+pub const AUTO_AR_ONE_SHOT_MAX: u64 = 64 << 10;
+/// ...then two-shot up to here.
+pub const AUTO_AR_TWO_SHOT_MAX: u64 = 4 << 20;
+/// All-reduce on two ranks: one-shot up to here (the second shot only adds
+/// a phase there).
+pub const AUTO_AR_PAIR_ONE_SHOT_MAX: u64 = 2 << 20;
+
+/// What `Auto` picks for collective `c` with `in_bytes` of input per rank
+/// on `k` ranks, if the direct staging holds it.
+pub fn auto_pick(c: Collective, k: u64, in_bytes: u64) -> Algorithm {
+    match c {
+        Collective::ReduceScatter if in_bytes <= AUTO_RS_DIRECT_MAX => Algorithm::OneShot,
+        Collective::AllGather if in_bytes <= AUTO_AG_DIRECT_MAX => Algorithm::OneShot,
+        Collective::AllReduce if k <= 2 && in_bytes <= AUTO_AR_PAIR_ONE_SHOT_MAX => {
+            Algorithm::OneShot
+        }
+        Collective::AllReduce if k > 2 && in_bytes <= AUTO_AR_ONE_SHOT_MAX => Algorithm::OneShot,
+        Collective::AllReduce if k > 2 && in_bytes <= AUTO_AR_TWO_SHOT_MAX => Algorithm::TwoShot,
+        _ => Algorithm::Ring,
+    }
+}
 
 /// The algorithm a communicator is asked to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -157,16 +179,7 @@ pub fn choose(
         Algo::TwoShot => forced(two),
         Algo::Auto => {
             let in_bytes = input_bytes(c, k, n, size).unwrap_or(u64::MAX);
-            let pick = match c {
-                Collective::AllReduce if in_bytes <= AUTO_ONE_SHOT_MAX => Algorithm::OneShot,
-                Collective::AllReduce if in_bytes <= AUTO_TWO_SHOT_MAX => Algorithm::TwoShot,
-                Collective::ReduceScatter | Collective::AllGather
-                    if in_bytes <= AUTO_DIRECT_MAX =>
-                {
-                    Algorithm::OneShot
-                }
-                _ => Algorithm::Ring,
-            };
+            let pick = auto_pick(c, k, in_bytes);
             Ok(if pick == Algorithm::Ring || fits(pick) {
                 pick
             } else {
@@ -206,10 +219,33 @@ mod tests {
         assert_eq!(ar(2).unwrap(), Algorithm::OneShot);
         assert_eq!(ar(16 << 10).unwrap(), Algorithm::OneShot);
         assert_eq!(ar(64 << 10).unwrap(), Algorithm::TwoShot);
-        assert_eq!(ar(1 << 20).unwrap(), Algorithm::Ring);
+        assert_eq!(ar(1 << 20).unwrap(), Algorithm::TwoShot);
+        assert_eq!(ar(2 << 20).unwrap(), Algorithm::Ring);
+        let pair = |n| choose(Collective::AllReduce, Algo::Auto, 2, n, n / 2, 4, half);
+        assert_eq!(pair(512 << 10).unwrap(), Algorithm::OneShot);
+        assert_eq!(pair(1 << 20).unwrap(), Algorithm::Ring);
         let rs = |n| choose(Collective::ReduceScatter, Algo::Auto, 8, n, n, 4, half);
         assert_eq!(rs(1).unwrap(), Algorithm::OneShot);
-        assert_eq!(rs(1 << 20).unwrap(), Algorithm::Ring);
+        assert_eq!(rs(1 << 16).unwrap(), Algorithm::OneShot);
+        assert_eq!(rs(1 << 17).unwrap(), Algorithm::Ring);
+        let ag = |n| choose(Collective::AllGather, Algo::Auto, 8, n, n, 4, half);
+        assert_eq!(ag(1 << 20).unwrap(), Algorithm::OneShot);
+        assert_eq!(ag((1 << 20) + 1).unwrap(), Algorithm::Ring);
+        // Every size Auto sends direct fits the default staging.
+        for k in [2u64, 3, 8] {
+            for c in Collective::ALL {
+                let max = [AUTO_RS_DIRECT_MAX, AUTO_AG_DIRECT_MAX, AUTO_AR_TWO_SHOT_MAX]
+                    .into_iter()
+                    .max()
+                    .unwrap();
+                let n = max / 4 / if c == Collective::ReduceScatter { k } else { 1 };
+                let alg = auto_pick(c, k, max.min(input_bytes(c, k, n, 4).unwrap()));
+                if alg != Algorithm::Ring {
+                    let l = direct_layout(c, alg, k, n, n.div_ceil(k), 4).unwrap();
+                    assert!(l.need <= half, "k={k} {c:?}: {l:?}");
+                }
+            }
+        }
         // Without direct staging, Auto is the ring.
         assert_eq!(
             choose(Collective::AllReduce, Algo::Auto, 8, 2, 4, 4, 0).unwrap(),
