@@ -39,9 +39,10 @@ fn two_hundred_back_to_back() {
 
 /// 1000 collectives queued with no synchronisation, on communicators that
 /// force each direct form and on one that picks by size (so ring and
-/// direct calls interleave): a fast rank's next call must not overwrite
-/// staging a slow peer still reads, which the two staging halves and the
-/// epochs guarantee. Every call is checked.
+/// direct calls interleave: its direct staging of 128 KiB per half sends
+/// the larger calls to the ring): a fast rank's next call must not
+/// overwrite staging a slow peer still reads, which the two staging halves
+/// and the epochs guarantee. Every call is checked.
 #[test]
 fn direct_back_to_back_1000() {
     let k = 4;
@@ -50,9 +51,12 @@ fn direct_back_to_back_1000() {
         (Algo::TwoShot, 300),
         (Algo::Auto, 400),
     ] {
-        let cfg = CommConfig::default()
+        let mut cfg = CommConfig::default()
             .ring_order(vec![1, 3, 0, 2])
             .algorithm(algo);
+        if algo == Algo::Auto {
+            cfg = cfg.direct_bytes(128 << 10);
+        }
         let b = CpuCommunicator::with_config(k, cfg).unwrap();
         let mut rng = Rng(7 + calls);
         let mut pending: Vec<Box<dyn Pending + '_>> = Vec::new();
