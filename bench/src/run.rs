@@ -221,14 +221,12 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         let ctx = ringreduce::gpu::open_device(0).map_err(|e| e.to_string())?;
         report.device = ctx.name().map_err(|e| e.to_string())?;
         report.driver_version = driver_version();
-        // The ceilings' context: the bench synchronises its streams itself.
-        // SAFETY: as above.
+        // SAFETY: the ceilings synchronise their own streams.
         unsafe { ctx.disable_event_tracking() };
         let c = ceilings::measure(&ctx, CEILING_COPY_BYTES).map_err(|e| e.to_string())?;
         let devices = placement(args.ranks, *gpus.as_ref().unwrap_or(&1));
         let ranks_here = devices.iter().filter(|&&d| d == devices[0]).count();
         report.devices = devices.clone();
-        print!("{}", table::ceilings(&c));
         let judge = Judge {
             ceilings: Some(&c),
             busbw_ceiling: Some(c.block_copy_gbps),
@@ -249,6 +247,7 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
                 report.ring_order = comm.ring_order().user_from_ring().to_vec();
                 report.buffsize = comm.staging_bytes();
                 print!("{}", table::preamble(&report));
+                print!("{}", table::ceilings(&c));
             }
             let rows = sweep_all(args, &comm, &points_for(&pts, a), judge, "1-block copy")?;
             per_algo.push((a, rows));

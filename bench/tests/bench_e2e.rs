@@ -234,3 +234,34 @@ fn help_names_the_tool_and_each_default_once() {
     assert_eq!(block.matches("2M").count(), 1, "{buffsize}\n{block}");
     assert!(h.contains("one per GPU"));
 }
+
+/// `--algo all`: every algorithm forced in turn, then auto, and the
+/// comparison of auto with the fastest; `--graph` is refused without a GPU.
+#[test]
+fn every_algorithm_then_auto_against_the_best() {
+    let json = tmp("algos.json");
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_ringreduce-bench"))
+            .args(["--cpu", "-g", "3", "-b", "64", "-e", "4K", "-f", "8"])
+            .args(["--collective", "all", "-n", "1", "-w", "1"])
+            .args(extra)
+            .output()
+            .expect("run the bench")
+    };
+    let out = run(&["--algo", "all", "-J", json.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("Auto against the fastest forced algorithm"));
+    assert!(stdout.contains("Auto worst ratio to the best:"));
+    let r: Report = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(r.algorithm, "all");
+    // 3 sizes: ring, one-shot and auto for all three collectives, two-shot
+    // for the all-reduce only.
+    assert_eq!(r.rows.len(), 3 * 3 * 3 + 3);
+    assert!(r.rows.iter().all(|row| row.in_place.wrong == Some(0)));
+    assert!(r.rows.iter().any(|row| row.algorithm == "two-shot"));
+    let _ = std::fs::remove_file(&json);
+    let out = run(&["--graph"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--graph needs a GPU"));
+}

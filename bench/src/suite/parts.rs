@@ -130,24 +130,24 @@ pub fn all() -> Vec<Part> {
         sweep(
             "latency-k8",
             "small messages, k = 8: all three collectives, 8 B to 16 MiB, factor 2, with ring, one-shot and two-shot forced, then auto, and auto against the fastest",
-            "-g 8 -d float -o sum -f 2 --collective all --algo all",
-            "-b 8 -e 16M -n 20 -w 5 --direct-bytes 32M",
+            "-g 8 -d float -o sum --collective all --algo all",
+            "-b 8 -e 16M -f 2 -n 20 -w 5 --direct-bytes 32M",
             "-b 8 -e 4K -f 8 -n 1 -w 1",
             90,
         ),
         sweep(
             "latency-k4",
             "the same at k = 4",
-            "-g 4 -d float -o sum -f 2 --collective all --algo all",
-            "-b 8 -e 16M -n 20 -w 5 --direct-bytes 32M",
+            "-g 4 -d float -o sum --collective all --algo all",
+            "-b 8 -e 16M -f 2 -n 20 -w 5 --direct-bytes 32M",
             "-b 8 -e 4K -f 8 -n 1 -w 1",
             60,
         ),
         sweep(
             "latency-k2",
             "the same at k = 2",
-            "-g 2 -d float -o sum -f 2 --collective all --algo all",
-            "-b 8 -e 16M -n 20 -w 5 --direct-bytes 32M",
+            "-g 2 -d float -o sum --collective all --algo all",
+            "-b 8 -e 16M -f 2 -n 20 -w 5 --direct-bytes 32M",
             "-b 8 -e 4K -f 8 -n 1 -w 1",
             50,
         ),
@@ -284,6 +284,9 @@ impl Part {
 
     /// Runs the part within `limit` and judges it.
     pub fn run(&self, ctx: &Ctx, limit: Duration) -> Outcome {
+        // Its runs append to one log: start it empty, or a second suite in
+        // the same folder would count the first one's tests again.
+        let _ = std::fs::remove_file(ctx.log(self.name));
         let (status, figure, logs) = match &self.job {
             Job::Tests => self.tests(ctx, limit, tests_runs(ctx.cpu)),
             Job::Faults => self.tests(ctx, limit, faults_runs(ctx.cpu)),
@@ -627,5 +630,25 @@ mod tests {
         assert_eq!(judge_tests(&[ok()], wrong).0, Status::Fail);
         assert_eq!(judge_tests(&[ok()], "").0, Status::Fail);
         assert_eq!(judge_tests(&[Ended::TimedOut], pass).0, Status::TimedOut);
+    }
+
+    /// Every sweep's command line parses, on the GPU and on the CPU
+    /// execution (a flag given twice fails only when the part runs).
+    #[test]
+    fn every_sweep_command_line_parses() {
+        use clap::Parser;
+        for p in all() {
+            if let Job::Sweep { common, gpu, cpu } = p.job {
+                for sizes in [gpu, cpu] {
+                    let argv = std::iter::once("ringreduce-bench")
+                        .chain(common.split_whitespace())
+                        .chain(sizes.split_whitespace())
+                        .chain(["-J", "x.json", "--plot", "x.png", "--cpu"]);
+                    if let Err(e) = crate::cli::BenchArgs::try_parse_from(argv) {
+                        panic!("{}: {e}", p.name);
+                    }
+                }
+            }
+        }
     }
 }
