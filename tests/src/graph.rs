@@ -16,8 +16,10 @@ const GUARD: usize = 16;
 /// only).
 pub type GraphCase = (Collective, usize, bool);
 
-/// Ten collectives that take every algorithm `Auto` picks at k = 4: direct
-/// and ring all-reduce, reduce-scatter and all-gather, in and out of place.
+/// Ten collectives that take every algorithm `Auto` picks at k = 4 with
+/// the default direct staging: one-shot and two-shot all-reduce, in and out
+/// of place, direct reduce-scatter and all-gather, and the ring for the
+/// largest all-reduce and reduce-scatter.
 pub const GRAPH_CASES: [GraphCase; 10] = [
     (Collective::AllReduce, 2, false),
     (Collective::AllReduce, 1000, true),
@@ -27,8 +29,8 @@ pub const GRAPH_CASES: [GraphCase; 10] = [
     (Collective::ReduceScatter, 4096, false),
     (Collective::AllReduce, 200_000, true),
     (Collective::AllGather, 20_000, false),
-    (Collective::AllReduce, 300_000, false),
-    (Collective::ReduceScatter, 100_001, false),
+    (Collective::AllReduce, 1_100_000, false),
+    (Collective::ReduceScatter, 300_001, false),
 ];
 
 /// Input element `i` of rank `r` in case `j` at round `round`: small
@@ -159,5 +161,26 @@ impl Captured {
             }
         }
         Ok(wrong)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringreduce::{Algorithm, Collectives, CommConfig, CpuCommunicator};
+
+    /// The captured cases keep covering the ring and both direct forms
+    /// when `Auto`'s thresholds move (the CPU execution picks as the GPU
+    /// does).
+    #[test]
+    fn graph_cases_cover_every_algorithm() {
+        let comm = CpuCommunicator::with_config(4, CommConfig::default()).unwrap();
+        let picked: Vec<Algorithm> = GRAPH_CASES
+            .iter()
+            .map(|&(c, n, _)| comm.algorithm_for::<f32>(c, n).unwrap())
+            .collect();
+        for a in [Algorithm::Ring, Algorithm::OneShot, Algorithm::TwoShot] {
+            assert!(picked.contains(&a), "no {a:?} in {picked:?}");
+        }
     }
 }

@@ -385,7 +385,7 @@ fn gpu_graph_faults(dev: usize) {
         let comm = gpu_comm_on(&[dev; 4], cfg).unwrap();
         let cases = [
             (Collective::AllReduce, 2, false),
-            (Collective::AllReduce, 1 << 20, false),
+            (Collective::AllReduce, 1 << 21, false),
         ];
         let cap = Captured::new(&comm, &cases).unwrap();
         comm.withhold_rank(Some(1));
