@@ -167,7 +167,7 @@ impl Captured {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ringreduce::{Algorithm, Collectives, CommConfig, CpuCommunicator};
+    use ringreduce::{Algorithm, CommConfig, CpuCommunicator};
 
     /// The captured cases keep covering the ring and both direct forms
     /// when `Auto`'s thresholds move (the CPU execution picks as the GPU
