@@ -221,3 +221,45 @@ pub fn submit_random<'a, C: Collectives>(
     });
     Ok((p, send_len))
 }
+
+/// What [`back_to_back`] saw.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Tally {
+    /// Elements each rank sent, over every call.
+    pub elements: usize,
+    /// Calls that ran a direct algorithm.
+    pub direct: usize,
+    /// Wrong output elements, over every call.
+    pub wrong: usize,
+    /// Synchronisations, each followed by the checks of the calls before it.
+    pub checkpoints: usize,
+}
+
+/// Queues `calls` random collectives ([`submit_random`], counts drawn by
+/// `count`) with no synchronisation between them, except every `batch`
+/// calls and after the last: there it waits for the communicator and checks
+/// what it queued, which bounds the host memory the checks hold.
+pub fn back_to_back<C: Collectives>(
+    comm: &C,
+    rng: &mut Rng,
+    calls: u64,
+    batch: u64,
+    count: impl Fn(&mut Rng) -> usize,
+) -> Result<Tally> {
+    let mut t = Tally::default();
+    let mut pending: Vec<Box<dyn Pending + '_>> = Vec::new();
+    for i in 0..calls {
+        let (p, sent) = submit_random(comm, rng, i, &count)?;
+        t.elements += sent;
+        pending.push(p);
+        if (i + 1) % batch.max(1) == 0 || i + 1 == calls {
+            comm.synchronize()?;
+            for p in pending.drain(..) {
+                t.direct += (p.algorithm() != Algorithm::Ring) as usize;
+                t.wrong += p.wrong()?;
+            }
+            t.checkpoints += 1;
+        }
+    }
+    Ok(t)
+}

@@ -2,8 +2,8 @@
 //! synchronisation between them: the staging rings' head and tail counters
 //! must keep them apart.
 
-use ringreduce::{Algo, Algorithm, CommConfig, CpuCommunicator};
-use ringreduce_tests::checked::{submit_random, Pending};
+use ringreduce::{Algo, CommConfig, CpuCommunicator};
+use ringreduce_tests::checked::back_to_back;
 use ringreduce_tests::data::Rng;
 use ringreduce_tests::soak::{env_or, soak_ks, soak_ring};
 
@@ -12,27 +12,16 @@ fn two_hundred_back_to_back() {
     let k = 4;
     let cfg = CommConfig::default().ring_order(vec![2, 0, 3, 1]);
     let b = CpuCommunicator::with_config(k, cfg).unwrap();
-    let mut rng = Rng(42);
-    let mut pending: Vec<Box<dyn Pending + '_>> = Vec::new();
-    let mut elements = 0;
-    for i in 0..200u64 {
-        let (p, sent) = submit_random(&b, &mut rng, i, |rng| {
-            (match rng.below(4) {
-                0 => rng.below(16),
-                1 => rng.below(600),
-                2 => rng.below(5000),
-                _ => 20_000 + rng.below(20_000),
-            }) as usize
-        })
-        .unwrap();
-        elements += sent;
-        pending.push(p);
-    }
-    b.synchronize().unwrap();
-    let mut wrong = 0;
-    for p in pending {
-        wrong += p.wrong().unwrap();
-    }
+    let t = back_to_back(&b, &mut Rng(42), 200, 200, |rng| {
+        (match rng.below(4) {
+            0 => rng.below(16),
+            1 => rng.below(600),
+            2 => rng.below(5000),
+            _ => 20_000 + rng.below(20_000),
+        }) as usize
+    })
+    .unwrap();
+    let (elements, wrong) = (t.elements, t.wrong);
     assert_eq!(wrong, 0);
     println!("200 back-to-back mixed collectives, {elements} elements, 0 wrong");
 }
@@ -58,27 +47,16 @@ fn direct_back_to_back_1000() {
             cfg = cfg.direct_bytes(128 << 10);
         }
         let b = CpuCommunicator::with_config(k, cfg).unwrap();
-        let mut rng = Rng(7 + calls);
-        let mut pending: Vec<Box<dyn Pending + '_>> = Vec::new();
-        let mut direct = 0;
-        for i in 0..calls {
-            let (p, _) = submit_random(&b, &mut rng, i, |rng| {
-                (match rng.below(4) {
-                    0 => rng.below(16),
-                    1 => rng.below(2000),
-                    2 => rng.below(12_000),
-                    _ => 20_000 + rng.below(40_000),
-                }) as usize
-            })
-            .unwrap();
-            pending.push(p);
-        }
-        b.synchronize().unwrap();
-        let mut wrong = 0;
-        for p in pending {
-            direct += (p.algorithm() != Algorithm::Ring) as usize;
-            wrong += p.wrong().unwrap();
-        }
+        let t = back_to_back(&b, &mut Rng(7 + calls), calls, calls, |rng| {
+            (match rng.below(4) {
+                0 => rng.below(16),
+                1 => rng.below(2000),
+                2 => rng.below(12_000),
+                _ => 20_000 + rng.below(40_000),
+            }) as usize
+        })
+        .unwrap();
+        let (direct, wrong) = (t.direct, t.wrong);
         println!(
             "{}: {calls} back-to-back collectives ({direct} direct), 0 wrong",
             algo.name()
@@ -104,24 +82,11 @@ fn cpu_soak() {
     for k in soak_ks(&[3]) {
         let cfg = CommConfig::default().ring_order(soak_ring(k));
         let b = CpuCommunicator::with_config(k, cfg).unwrap();
-        let mut rng = Rng(300 + k as u64);
-        let mut pending: Vec<Box<dyn Pending + '_>> = Vec::new();
-        let (mut wrong, mut checkpoints, mut elements) = (0, 0, 0);
-        for i in 0..ops {
-            let (p, sent) = submit_random(&b, &mut rng, i, |rng| {
-                (1usize << rng.below(15)) - 1 + rng.below(3) as usize
-            })
-            .unwrap();
-            elements += sent;
-            pending.push(p);
-            if (i + 1) % 50 == 0 || i + 1 == ops {
-                b.synchronize().unwrap();
-                for p in pending.drain(..) {
-                    wrong += p.wrong().unwrap();
-                }
-                checkpoints += 1;
-            }
-        }
+        let t = back_to_back(&b, &mut Rng(300 + k as u64), ops, 50, |rng| {
+            (1usize << rng.below(15)) - 1 + rng.below(3) as usize
+        })
+        .unwrap();
+        let (wrong, checkpoints, elements) = (t.wrong, t.checkpoints as u64, t.elements);
         println!("cpu soak k={k}: {ops} collectives, {elements} elements, {checkpoints} checkpoints, {wrong} wrong");
         assert_eq!(checkpoints, ops.div_ceil(50));
         assert_eq!(wrong, 0);

@@ -5,7 +5,7 @@ use ringreduce::kernels::abi::GPU_THREADS;
 use ringreduce::kernels::plan::{tile_bytes, PACK_BYTES, STAGING_SLOTS};
 use ringreduce::{Algo, Collective, CommConfig, Communicator, DataType, Op};
 use ringreduce_tests::cases::{matrix, Case, Offsets, COUNTS};
-use ringreduce_tests::checked::{submit_random, Pending};
+use ringreduce_tests::checked::back_to_back;
 use ringreduce_tests::data::Rng;
 use ringreduce_tests::graph::{Captured, GRAPH_CASES};
 use ringreduce_tests::{gpu_comm, gpu_comm_on, run_case, run_gpu_tests, shuffled};
@@ -193,34 +193,19 @@ fn gpu_large_counts(dev: usize) {
 fn gpu_back_to_back_1000(dev: usize) {
     for k in [4usize, 8] {
         let b = gpu_comm(dev, k, CommConfig::default().ring_order(shuffled(k))).unwrap();
-        let mut rng = Rng(7 + k as u64);
-        let mut pending: Vec<Box<dyn Pending + '_>> = Vec::new();
-        let mut elements = 0;
-        for i in 0..1000u64 {
-            let (p, sent) = submit_random(&*b, &mut rng, i, |rng| {
-                (match rng.below(4) {
-                    0 => rng.below(16),
-                    1 => rng.below(5000),
-                    2 => rng.below(70_000),
-                    _ => 100_000 + rng.below(200_000),
-                }) as usize
-            })
-            .unwrap();
-            elements += sent;
-            pending.push(p);
-            // Bound host memory: check in batches, still with no sync
-            // between the collectives of a batch.
-            if pending.len() == 250 {
-                b.synchronize().unwrap();
-                for p in pending.drain(..) {
-                    assert_eq!(p.wrong().unwrap(), 0);
-                }
-            }
-        }
-        b.synchronize().unwrap();
-        for p in pending {
-            assert_eq!(p.wrong().unwrap(), 0);
-        }
+        // Checked in batches of 250 to bound host memory, still with no
+        // sync between the collectives of a batch.
+        let t = back_to_back(&*b, &mut Rng(7 + k as u64), 1000, 250, |rng| {
+            (match rng.below(4) {
+                0 => rng.below(16),
+                1 => rng.below(5000),
+                2 => rng.below(70_000),
+                _ => 100_000 + rng.below(200_000),
+            }) as usize
+        })
+        .unwrap();
+        let elements = t.elements;
+        assert_eq!(t.wrong, 0);
         println!("gpu back-to-back k={k}: 1000 mixed collectives, {elements} elements, 0 wrong");
     }
 }
@@ -260,24 +245,15 @@ fn gpu_direct_back_to_back(dev: usize) {
             .ring_order(shuffled(k))
             .algorithm(algo);
         let b = gpu_comm(dev, k, cfg).unwrap();
-        let mut rng = Rng(99);
-        let mut pending: Vec<Box<dyn Pending + '_>> = Vec::new();
-        for i in 0..1000u64 {
-            let (p, _) = submit_random(&*b, &mut rng, i, |rng| {
-                (match rng.below(3) {
-                    0 => rng.below(16),
-                    1 => rng.below(2000),
-                    _ => rng.below(20_000),
-                }) as usize
-            })
-            .unwrap();
-            pending.push(p);
-        }
-        b.synchronize().unwrap();
-        let mut wrong = 0;
-        for p in pending {
-            wrong += p.wrong().unwrap();
-        }
+        let t = back_to_back(&*b, &mut Rng(99), 1000, 1000, |rng| {
+            (match rng.below(3) {
+                0 => rng.below(16),
+                1 => rng.below(2000),
+                _ => rng.below(20_000),
+            }) as usize
+        })
+        .unwrap();
+        let wrong = t.wrong;
         println!(
             "gpu {} back-to-back: 1000 collectives, {wrong} wrong",
             algo.name()
