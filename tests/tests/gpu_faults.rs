@@ -52,6 +52,14 @@ fn bufs(comm: &Communicator, n: usize) -> Bufs {
 }
 
 impl Bufs {
+    /// Every output back to the sentinel, for the next checked run.
+    fn poison(&mut self) {
+        for (r, st) in self.recv.iter_mut().zip(&self.streams) {
+            st.memcpy_htod(&vec![SENTINEL; r.len()], r).unwrap();
+            st.synchronize().unwrap();
+        }
+    }
+
     fn run(&mut self, comm: &Communicator, streams: &[Arc<CudaStream>]) -> ringreduce::Result<()> {
         let mut b: Vec<Buffers<'_, f32>> = self
             .send
@@ -97,10 +105,7 @@ fn after_error(comm: &Communicator, b: &mut Bufs, e: Error, check: impl Fn(&Erro
     b.run(comm, &s).unwrap();
     comm.synchronize().unwrap();
     assert!(b.correct(comm.k()), "communicator broken after {e}");
-    for (r, st) in b.recv.iter_mut().zip(&b.streams) {
-        st.memcpy_htod(&vec![SENTINEL; r.len()], r).unwrap();
-        st.synchronize().unwrap();
-    }
+    b.poison();
     println!("gpu bad input ok: {e}");
 }
 
@@ -122,10 +127,7 @@ fn gpu_bad_input(dev: usize) {
         b.run(&comm, &streams).unwrap();
         comm.synchronize().unwrap();
         assert!(b.correct(k), "wrong result with shared streams");
-        for (r, st) in b.recv.iter_mut().zip(&b.streams) {
-            st.memcpy_htod(&vec![SENTINEL; r.len()], r).unwrap();
-            st.synchronize().unwrap();
-        }
+        b.poison();
     }
     // Ranks in two launches on one device (more than BATCH_RANKS there)
     // may not: one stream, or the default stream, would serialise them.
