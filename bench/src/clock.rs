@@ -61,11 +61,7 @@ impl Clock for Communicator {
                 "graph capture needs every rank on one stream (virtual ranks on one GPU)".into(),
             ));
         }
-        s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-        let queued = queue();
-        let graph = s.end_capture(sys::CUgraphInstantiate_flags(0));
-        queued?;
-        graph?.ok_or_else(|| Error::Driver("the capture made no graph".into()))
+        ringreduce::gpu::capture(s, queue)
     }
 
     fn replay(&self, g: &CudaGraph) -> Result<()> {

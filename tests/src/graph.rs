@@ -2,7 +2,7 @@
 //! one stream, ten mixed collectives are captured once, and every replay is
 //! checked with fresh inputs, poisoned outputs and guard elements.
 
-use cudarc::driver::{sys, CudaGraph, CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::{CudaGraph, CudaSlice, CudaStream, DevicePtr};
 use ringreduce::{Collective, Communicator, DataType, Op, RawBuffers, Result};
 use std::sync::Arc;
 
@@ -130,15 +130,9 @@ impl Captured {
         Ok(())
     }
 
-    /// Captures [`enqueue`](Self::enqueue) into a graph, ending the capture
-    /// whatever happens.
+    /// Captures [`enqueue`](Self::enqueue) into a graph.
     pub fn capture(&self, comm: &Communicator) -> Result<CudaGraph> {
-        self.stream
-            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-        let queued = self.enqueue(comm);
-        let graph = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
-        queued?;
-        graph?.ok_or_else(|| ringreduce::Error::Driver("the capture made no graph".into()))
+        ringreduce::gpu::capture(&self.stream, || self.enqueue(comm))
     }
 
     /// Wrong elements (outputs and guards) after round `round` finished.

@@ -11,7 +11,7 @@
 use super::setup::Inner;
 use crate::error::{Error, Result};
 use crate::planner::Plan;
-use cudarc::driver::{result, sys, CudaContext, CudaStream};
+use cudarc::driver::{result, sys, CudaContext, CudaGraph, CudaStream};
 use ringreduce_kernels::abi::{Batch, Work, BATCH_RANKS, BLOCK_THREADS};
 use ringreduce_kernels::{DataType, Op};
 use std::sync::Arc;
@@ -182,6 +182,18 @@ fn launch(
         }
     }
     Ok(())
+}
+
+/// Captures what `queue` enqueues on `stream` (every rank's stream, for
+/// collectives) into a CUDA graph instead of running it, in thread-local
+/// capture mode, and ends the capture whatever `queue` returns. See the
+/// README's "Launches, streams and CUDA graphs" for what may be captured.
+pub fn capture(stream: &Arc<CudaStream>, queue: impl FnOnce() -> Result<()>) -> Result<CudaGraph> {
+    stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    let queued = queue();
+    let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0));
+    queued?;
+    graph?.ok_or_else(|| Error::Driver("the capture made no graph".into()))
 }
 
 /// Keeps one rank's collectives in order when the caller switches streams:

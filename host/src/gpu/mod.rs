@@ -13,3 +13,4 @@ mod setup;
 pub use buffers::{Buffers, RawBuffers};
 pub use comm::Communicator;
 pub use driver::{device_count, driver_available, open_device};
+pub use launch::capture;
