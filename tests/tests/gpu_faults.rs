@@ -294,7 +294,12 @@ fn missing_rank(dev: usize, c: Collective) {
     let timeout = Duration::from_secs(1);
     // One channel: its many slices fill the missing rank's staging ring, so
     // its predecessor stalls too.
-    let cfg = CommConfig::default().timeout(timeout).channels(1);
+    // The ring, forced: these waits are the ring's (`Auto` sends small
+    // all-gathers direct).
+    let cfg = CommConfig::default()
+        .timeout(timeout)
+        .channels(1)
+        .algorithm(Algo::Ring);
     let comm = gpu_comm(dev, k, cfg).unwrap();
     comm.withhold_rank(Some(missing));
     let t0 = Instant::now();
@@ -486,7 +491,8 @@ fn gpu_lost_signal(dev: usize) {
         let k = 4;
         let cfg = CommConfig::default()
             .timeout(Duration::from_millis(500))
-            .channels(1);
+            .channels(1)
+            .algorithm(Algo::Ring);
         let comm = gpu_comm(dev, k, cfg).unwrap();
         comm.inject_lost_signal(2, 1, 2);
         // Several chunks of every block, whatever the collective.
