@@ -99,3 +99,23 @@ pub unsafe trait Device {
     /// Called between polls of a flag.
     fn spin_hint(&self) {}
 }
+
+/// What the gradient layer's data-parallel tasks need from the machine:
+/// a lane among all lanes of the launch, a barrier of one block, and an
+/// atomic add for histograms. The GPU maps a lane to a thread of the grid;
+/// the CPU execution runs the lanes one after another.
+///
+/// # Safety
+/// `barrier` must order memory among the lanes of a one-block launch, and
+/// `atomic_add_u32` must not lose updates.
+pub unsafe trait Lanes {
+    /// This lane, in `0..lanes()`.
+    fn lane(&self) -> u64;
+    /// Lanes of the launch.
+    fn lanes(&self) -> u64;
+    /// Relaxed `*p += v`, atomic among all lanes.
+    ///
+    /// # Safety
+    /// `p` must be valid and 4-byte aligned.
+    unsafe fn atomic_add_u32(&self, p: *mut u32, v: u32);
+}

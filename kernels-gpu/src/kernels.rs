@@ -140,3 +140,17 @@ pub unsafe extern "ptx-kernel" fn ringreduce_pingpong(flags: u64, iters: u64) {
         }
     }
 }
+
+/// The gradient layer's one entry: a [`Task`](crate::abi::Task) of any
+/// kind, its phases separated by block barriers.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn ringreduce_task(t: crate::abi::Task) {
+    let g = crate::arch::nvptx::GpuLanes;
+    let phases = crate::abi::TaskKind::from_u64(t.kind).map_or(0, |k| k.phases());
+    for p in 0..phases {
+        if p > 0 {
+            crate::arch::nvptx::block_sync();
+        }
+        crate::grad::run_phase(&g, &t, p);
+    }
+}

@@ -32,6 +32,7 @@ pub mod element;
 pub mod engine;
 pub mod entry;
 pub mod flags;
+pub mod grad;
 pub mod op;
 pub mod plan;
 pub mod primitives;

@@ -242,3 +242,50 @@ pub fn grid_dim() -> u64 {
     unsafe { asm!("mov.u32 {t}, %nctaid.x;", t = out(reg32) t, options(nomem, nostack, pure)) };
     t as u64
 }
+
+/// A thread of a task launch: lane `ctaid * ntid + tid` of the grid.
+#[derive(Clone, Copy, Default)]
+pub struct GpuLanes;
+
+unsafe impl crate::device::Lanes for GpuLanes {
+    #[inline(always)]
+    fn lane(&self) -> u64 {
+        let (t, b, n): (u32, u32, u32);
+        unsafe {
+            asm!(
+                "mov.u32 {t}, %tid.x;",
+                "mov.u32 {b}, %ctaid.x;",
+                "mov.u32 {n}, %ntid.x;",
+                t = out(reg32) t, b = out(reg32) b, n = out(reg32) n,
+                options(nomem, nostack, pure)
+            )
+        };
+        b as u64 * n as u64 + t as u64
+    }
+
+    #[inline(always)]
+    fn lanes(&self) -> u64 {
+        let (g, n): (u32, u32);
+        unsafe {
+            asm!(
+                "mov.u32 {g}, %nctaid.x;",
+                "mov.u32 {n}, %ntid.x;",
+                g = out(reg32) g, n = out(reg32) n,
+                options(nomem, nostack, pure)
+            )
+        };
+        g as u64 * n as u64
+    }
+
+    #[inline(always)]
+    unsafe fn atomic_add_u32(&self, p: *mut u32, v: u32) {
+        asm!("red.relaxed.gpu.global.add.u32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack));
+    }
+}
+
+/// `barrier.sync 0` of the whole block (non-aligned: lanes may arrive from
+/// divergent code), between the phases of a one-block task.
+#[inline(always)]
+pub fn block_sync() {
+    unsafe { asm!("barrier.sync 0;", options(nostack)) };
+}

@@ -9,6 +9,9 @@ use crate::element::DataType;
 use crate::op::Op;
 use crate::plan::{Geometry, Sizing};
 
+mod task;
+pub use task::*;
+
 /// Producer threads per block on the GPU (the block has one more: the
 /// control lane).
 pub const GPU_THREADS: u64 = 256;

@@ -1,0 +1,54 @@
+//! The gradient layer's kernels (`ringreduce::grad`): the batched copy that
+//! packs and unpacks buckets, the half-precision conversions, and the
+//! sparse path's radix select, compaction and scatter-add. Each is a
+//! data-parallel loop over [`Lanes`], run by every thread of a GPU grid or
+//! by the CPU execution's lanes one after another; no result depends on
+//! the number of lanes.
+
+pub mod compact;
+pub mod convert;
+pub mod copy;
+pub mod select;
+
+use crate::abi::{Task, TaskKind};
+use crate::device::Lanes;
+
+/// Runs phase `phase` of `t` in lane `g`. A task of several phases runs as
+/// one block, with a block barrier between phases.
+///
+/// # Safety
+/// The task's addresses must be valid for what its kind reads and writes,
+/// for its `n`, and suitably aligned (4 bytes for `f32`, 8 for pairs and
+/// the state, 2 for halves).
+pub unsafe fn run_phase<L: Lanes>(g: &L, t: &Task, phase: u32) {
+    let Some(kind) = TaskKind::from_u64(t.kind) else {
+        return;
+    };
+    match kind {
+        TaskKind::Copy => copy::run(g, t),
+        TaskKind::ToHalf => convert::to_half(g, t),
+        TaskKind::FromHalf => convert::from_half(g, t),
+        TaskKind::Feedback => convert::feedback(g, t),
+        TaskKind::SelectTopK => select::start_top_k(g, t),
+        TaskKind::SelectThreshold => select::start_threshold(g, t),
+        TaskKind::Histogram => select::histogram(g, t),
+        TaskKind::PickDigit => select::pick_digit(g, t),
+        TaskKind::CountTiles => compact::count_tiles(g, t),
+        TaskKind::ScanTiles => compact::scan_tiles(g, t, phase),
+        TaskKind::WriteSelected => compact::write_selected(g, t),
+        TaskKind::Fill => convert::fill(g, t),
+        TaskKind::ScatterAdd => compact::scatter_add(g, t),
+    }
+}
+
+/// `f(i)` for `i` in `0..n`, lane by lane with the launch's stride (so a
+/// GPU warp touches consecutive elements).
+#[inline(always)]
+pub(crate) fn for_each_index<L: Lanes>(g: &L, n: u64, mut f: impl FnMut(u64)) {
+    let stride = g.lanes();
+    let mut i = g.lane();
+    while i < n {
+        f(i);
+        i += stride;
+    }
+}

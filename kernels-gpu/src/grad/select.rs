@@ -1,0 +1,104 @@
+//! Top-K by magnitude without a sort: a radix select over the 31 magnitude
+//! bits, a digit of 8 bits per pass. Each pass counts the next digit of the
+//! magnitudes that match the digits chosen so far, then one lane picks the
+//! digit whose bin holds the K-th largest. After the last pass the state
+//! names the K-th largest magnitude exactly, and how many elements equal to
+//! it the selection still takes (the lowest indices, see `compact`).
+
+use super::for_each_index;
+use crate::abi::{magnitude, SelectState, Task, SELECT_BINS, SELECT_PASSES};
+use crate::device::Lanes;
+
+/// A threshold no magnitude reaches (they are at most `0x7fff_ffff`).
+const NOTHING: u64 = 0x8000_0000;
+
+/// The bit position of pass `p`'s digit.
+const fn shift(pass: u64) -> u64 {
+    8 * (SELECT_PASSES - 1 - pass)
+}
+
+/// Lane 0: a top-`arg` selection, nothing chosen yet.
+///
+/// # Safety
+/// As for [`super::run_phase`].
+pub unsafe fn start_top_k<L: Lanes>(g: &L, t: &Task) {
+    if g.lane() == 0 {
+        reset(t.state as *mut SelectState, 0, 0, t.arg);
+    }
+}
+
+/// Lane 0: every magnitude of at least `arg`'s bits.
+///
+/// # Safety
+/// As for [`super::run_phase`].
+pub unsafe fn start_threshold<L: Lanes>(g: &L, t: &Task) {
+    if g.lane() == 0 {
+        reset(t.state as *mut SelectState, t.arg, u64::MAX, 0);
+    }
+}
+
+unsafe fn reset(s: *mut SelectState, threshold: u64, take_equal: u64, remaining: u64) {
+    (*s).threshold = threshold;
+    (*s).take_equal = take_equal;
+    (*s).remaining = remaining;
+    (*s).count = 0;
+    for b in 0..SELECT_BINS {
+        (*s).hist[b] = 0;
+    }
+}
+
+/// Pass `arg`: counts the digit of every magnitude of `src` whose higher
+/// digits are the ones chosen so far.
+///
+/// # Safety
+/// As for [`super::run_phase`].
+pub unsafe fn histogram<L: Lanes>(g: &L, t: &Task) {
+    let s = t.state as *mut SelectState;
+    let src = t.src as *const u32;
+    let sh = shift(t.arg);
+    let prefix = (*s).threshold >> (sh + 8);
+    let hist = core::ptr::addr_of_mut!((*s).hist) as *mut u32;
+    for_each_index(g, t.n, |i| {
+        let m = magnitude(src.add(i as usize).read()) as u64;
+        if m >> (sh + 8) == prefix {
+            g.atomic_add_u32(hist.add(((m >> sh) & 0xff) as usize), 1);
+        }
+    });
+}
+
+/// Lane 0 of pass `arg`: the digit holding the `remaining`-th largest of
+/// the matching magnitudes, counted from the top; clears the histogram for
+/// the next pass.
+///
+/// # Safety
+/// As for [`super::run_phase`].
+pub unsafe fn pick_digit<L: Lanes>(g: &L, t: &Task) {
+    if g.lane() != 0 {
+        return;
+    }
+    let s = t.state as *mut SelectState;
+    let sh = shift(t.arg);
+    let want = (*s).remaining;
+    if want == 0 {
+        // Top-0 (the host never asks for it): select nothing.
+        (*s).threshold = NOTHING;
+        (*s).take_equal = 0;
+    } else {
+        let mut above = 0u64;
+        let mut b = SELECT_BINS;
+        while b > 0 {
+            b -= 1;
+            let h = (*s).hist[b] as u64;
+            if above + h >= want {
+                (*s).threshold |= (b as u64) << sh;
+                (*s).remaining = want - above;
+                (*s).take_equal = want - above;
+                break;
+            }
+            above += h;
+        }
+    }
+    for b in 0..SELECT_BINS {
+        (*s).hist[b] = 0;
+    }
+}
