@@ -215,23 +215,7 @@ impl Collectives for Communicator {
         regions: &mut [Region<'_, CudaSlice<T>>],
         op: Op,
     ) -> Result<()> {
-        check_regions(regions, |b| b.len())?;
-        let mut bufs = Vec::with_capacity(regions.len());
-        for r in regions.iter_mut() {
-            bufs.push(match r {
-                Region::OutOfPlace {
-                    send,
-                    send_at,
-                    recv,
-                    recv_at,
-                } => Buffers::out_of_place(
-                    send.slice(send_at.clone()),
-                    recv.slice_mut(recv_at.clone()),
-                ),
-                Region::InPlace { buf, at } => Buffers::in_place(buf.slice_mut(at.clone())),
-            });
-        }
-        Communicator::collective(self, c, &mut bufs, op, self.streams())
+        gpu_collective(self, c, regions, op, self.streams())
     }
     fn synchronize(&self) -> Result<()> {
         Communicator::synchronize(self)
@@ -239,6 +223,33 @@ impl Collectives for Communicator {
     fn abort(&self) {
         Communicator::abort(self)
     }
+}
+
+/// A GPU collective over regions, on `streams`.
+pub(crate) fn gpu_collective<T: RsElement>(
+    comm: &Communicator,
+    c: Collective,
+    regions: &mut [Region<'_, CudaSlice<T>>],
+    op: Op,
+    streams: &[std::sync::Arc<cudarc::driver::CudaStream>],
+) -> Result<()> {
+    check_regions(regions, |b| b.len())?;
+    let mut bufs = Vec::with_capacity(regions.len());
+    for r in regions.iter_mut() {
+        bufs.push(match r {
+            Region::OutOfPlace {
+                send,
+                send_at,
+                recv,
+                recv_at,
+            } => Buffers::out_of_place(
+                send.slice(send_at.clone()),
+                recv.slice_mut(recv_at.clone()),
+            ),
+            Region::InPlace { buf, at } => Buffers::in_place(buf.slice_mut(at.clone())),
+        });
+    }
+    Communicator::collective(comm, c, &mut bufs, op, streams)
 }
 
 impl Collectives for CpuCommunicator {

@@ -290,6 +290,28 @@ pub enum Error {
         /// Bytes per element.
         size: u64,
     },
+    /// A sparse threshold that is NaN or negative.
+    #[error("sparse threshold {0} is NaN or negative")]
+    BadThreshold(f32),
+    /// A top-K fraction outside (0, 1].
+    #[error("top-K fraction {0} is not in (0, 1]")]
+    BadFraction(f64),
+    /// A residual whose length is not its tensor's.
+    #[error("rank {rank}: residual of {got} elements for a tensor of {want}")]
+    ResidualLength {
+        /// The user rank.
+        rank: usize,
+        /// The residual's length.
+        got: u64,
+        /// The tensor's.
+        want: u64,
+    },
+    /// A half-precision all-reduce of a tensor that is not `f32`.
+    #[error("half-precision all-reduce needs f32 tensors, not {0}")]
+    HalfNeedsF32(&'static str),
+    /// A sparse tensor too long for the 32-bit indices of its pairs.
+    #[error("sparse all-reduce of {0} elements: at most 2^32 - 1 are indexed")]
+    SparseTooLong(u64),
     /// A rank gave up waiting; boxed so that `Result<T, Error>` stays small.
     #[error("{0}")]
     Timeout(Box<TimeoutInfo>),

@@ -51,7 +51,7 @@ impl<T> CpuBuffers<T> {
 /// small machine's threads.
 pub const CPU_AUTO_CHANNELS: usize = 4;
 
-type Job = Box<dyn FnOnce() + Send>;
+pub(super) type Job = Box<dyn FnOnce() + Send>;
 
 /// A rank's job queue and the thread that runs it.
 type Worker = (Option<Sender<Job>>, Option<JoinHandle<()>>);
@@ -274,7 +274,7 @@ impl CpuCommunicator {
         self.inner.state.staging_bytes
     }
 
-    fn check_broken(&self) -> Result<()> {
+    pub(super) fn check_broken(&self) -> Result<()> {
         self.inner.state.check(&self.status_records())
     }
 
@@ -393,7 +393,7 @@ impl CpuCommunicator {
         }
     }
 
-    fn submit(&self, rank: usize, job: Job) -> Result<()> {
+    pub(super) fn submit(&self, rank: usize, job: Job) -> Result<()> {
         let tx = self.workers[rank].0.as_ref().expect("worker alive");
         tx.send(job)
             .map_err(|_| Error::Broken(format!("rank {rank}'s worker thread has exited")))

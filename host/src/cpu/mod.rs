@@ -3,6 +3,8 @@
 mod buffer;
 mod comm;
 mod lane;
+mod tasks;
 
 pub use buffer::{HostBuffer, HostView};
 pub use comm::{CpuBuffers, CpuCommunicator};
+pub use tasks::{Hold, CPU_TASK_LANES};

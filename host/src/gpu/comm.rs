@@ -93,18 +93,21 @@ impl Communicator {
     /// devices that cannot reach each other are [`Error::NoPeerAccess`].
     pub fn with_placement(devices: &[usize], config: CommConfig) -> Result<Self> {
         let inner = create(devices, config)?;
-        let mut streams = vec![None; devices.len()];
-        for g in &inner.groups {
-            let s = inner.ranks[g.ranks[0]].ctx.new_stream()?;
-            for &u in &g.ranks {
-                streams[u] = Some(s.clone());
-            }
-        }
-        let streams = streams.into_iter().flatten().collect();
+        let streams = group_streams(&inner)?;
         Ok(Communicator {
             inner: Arc::new(inner),
             streams,
         })
+    }
+
+    /// New streams, one per launch group, shared by its ranks: a call on
+    /// them is one launch with no events (the gradient layer's own queues).
+    pub(crate) fn new_group_streams(&self) -> Result<Vec<Arc<CudaStream>>> {
+        group_streams(&self.inner)
+    }
+
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
     }
 
     /// The device of each user rank.
@@ -383,4 +386,16 @@ impl Drop for Communicator {
             let _ = r.ctx.synchronize();
         }
     }
+}
+
+/// One new stream per launch group, as each of its ranks' stream.
+fn group_streams(inner: &Inner) -> Result<Vec<Arc<CudaStream>>> {
+    let mut streams = vec![None; inner.ranks.len()];
+    for g in &inner.groups {
+        let s = inner.ranks[g.ranks[0]].ctx.new_stream()?;
+        for &u in &g.ranks {
+            streams[u] = Some(s.clone());
+        }
+    }
+    Ok(streams.into_iter().flatten().collect())
 }

@@ -16,6 +16,8 @@ pub const COPY_BLOCK_KERNEL: &str = "ringreduce_copy_block";
 pub const COPY_GRID_KERNEL: &str = "ringreduce_copy_grid";
 pub const PINGPONG_KERNEL: &str = "ringreduce_pingpong";
 pub const REDUCE_BLOCK_KERNEL: &str = "ringreduce_reduce_block";
+/// The gradient layer's one entry (`ringreduce_kernels::grad`).
+pub const TASK_KERNEL: &str = "ringreduce_task";
 
 /// Every kernel entry the PTX must contain.
 pub fn all_kernel_names() -> Vec<String> {
@@ -29,6 +31,7 @@ pub fn all_kernel_names() -> Vec<String> {
             COPY_GRID_KERNEL,
             PINGPONG_KERNEL,
             REDUCE_BLOCK_KERNEL,
+            TASK_KERNEL,
         ]
         .map(String::from),
     );
@@ -56,6 +59,8 @@ pub fn module_for(ctx: &Arc<CudaContext>) -> Result<Arc<CudaModule>> {
 pub struct Kernels {
     pub module: Arc<CudaModule>,
     by_key: HashMap<(DataType, Op), CudaFunction>,
+    /// The gradient layer's task entry.
+    pub task: CudaFunction,
 }
 
 impl Kernels {
@@ -67,7 +72,12 @@ impl Kernels {
                 by_key.insert((d, o), module.load_function(kernel_name(d, o))?);
             }
         }
-        Ok(Kernels { module, by_key })
+        let task = module.load_function(TASK_KERNEL)?;
+        Ok(Kernels {
+            module,
+            by_key,
+            task,
+        })
     }
 
     pub fn get(&self, dtype: DataType, op: Op) -> &CudaFunction {

@@ -1,0 +1,233 @@
+//! What the gradient layer needs from a backend beyond its collectives:
+//! queues ordered by events, scratch buffers, raw addresses, and launches
+//! of the kernel crate's tasks. The GPU communicator maps a queue to a CUDA
+//! stream; the CPU execution has one queue per rank, its worker thread.
+
+use crate::collectives::{Collectives, Region};
+use crate::cpu::{CpuCommunicator, HostBuffer};
+use crate::element::RsElement;
+use crate::error::{Error, Result};
+use crate::gpu::Communicator;
+use cudarc::driver::{result, CudaSlice, CudaStream, DevicePtr};
+use ringreduce_kernels::abi::{Task, TaskKind, TASK_THREADS};
+use ringreduce_kernels::{Collective, Op};
+use std::sync::Arc;
+
+/// A [`Collectives`] backend the gradient layer can run on.
+pub trait GradBackend: Collectives {
+    /// An ordered queue of work on one rank (a CUDA stream).
+    type Queue: Clone;
+    /// Keeps a buffer alive, and its host accessors waiting, while a task
+    /// that uses it is queued.
+    type Hold: Send + 'static;
+
+    /// New queues, one per rank (ranks of one launch may share one).
+    fn new_queues(&self) -> Result<Vec<Self::Queue>>;
+    /// The queues the communicator's own calls use.
+    fn own_queues(&self) -> Vec<Self::Queue>;
+    /// Makes `waiter` wait, on the device, for the work queued on `on` so
+    /// far.
+    fn order(&self, waiter: &Self::Queue, on: &Self::Queue) -> Result<()>;
+    /// A zeroed buffer of `n` elements on rank `rank`, ready in order on
+    /// `queue` (and freed in order on it when dropped).
+    fn alloc<T: RsElement>(
+        &self,
+        rank: usize,
+        queue: &Self::Queue,
+        n: usize,
+    ) -> Result<Self::Buf<T>>;
+    /// The address of a buffer's first element.
+    fn addr<T: RsElement>(&self, rank: usize, buf: &Self::Buf<T>) -> u64;
+    /// An error if the buffer is not on rank `rank`'s device.
+    fn check_placement<T: RsElement>(&self, rank: usize, buf: &Self::Buf<T>) -> Result<()>;
+    /// See [`Hold`](Self::Hold).
+    fn hold<T: RsElement>(buf: &Self::Buf<T>) -> Self::Hold;
+    /// Copies `data` into the start of `buf`, in order on `queue`.
+    fn write_on<T: RsElement>(
+        &self,
+        rank: usize,
+        queue: &Self::Queue,
+        buf: &mut Self::Buf<T>,
+        data: &[T],
+    ) -> Result<()>;
+    /// Enqueues `task` on rank `rank`'s `queue`.
+    ///
+    /// # Safety
+    /// Every address in `task` must be valid on that rank for what the task
+    /// does, until it has run; `holds` keep the backend's buffers alive.
+    unsafe fn run_task(
+        &self,
+        rank: usize,
+        queue: &Self::Queue,
+        task: Task,
+        holds: Vec<Self::Hold>,
+    ) -> Result<()>;
+    /// [`Collectives::collective`] on the given queues (one per rank).
+    fn collective_on<T: RsElement>(
+        &self,
+        c: Collective,
+        regions: &mut [Region<'_, Self::Buf<T>>],
+        op: Op,
+        queues: &[Self::Queue],
+    ) -> Result<()>;
+}
+
+/// Blocks of a task's GPU launch: one for the one-block kinds, one per
+/// descriptor (up to 1024) for the copy, a block per 256 tiles for the
+/// compaction, and otherwise enough for 4 elements a thread, up to 1056
+/// blocks (8 per SM of an H200). No result depends on it.
+pub fn task_blocks(task: &Task) -> u32 {
+    let threads = TASK_THREADS as u64;
+    let blocks = match TaskKind::from_u64(task.kind) {
+        None => 1,
+        Some(k) if k.one_block() => 1,
+        Some(TaskKind::Copy) => task.n.min(1024),
+        Some(TaskKind::CountTiles) => task.tiles.div_ceil(threads),
+        Some(TaskKind::WriteSelected) => task
+            .tiles
+            .div_ceil(threads)
+            .max(task.arg.min(1 << 30).div_ceil(4 * threads).min(1056)),
+        Some(_) => task.n.div_ceil(4 * threads).min(1056),
+    };
+    blocks.max(1) as u32
+}
+
+impl GradBackend for Communicator {
+    type Queue = Arc<CudaStream>;
+    type Hold = ();
+
+    fn new_queues(&self) -> Result<Vec<Arc<CudaStream>>> {
+        self.new_group_streams()
+    }
+    fn own_queues(&self) -> Vec<Arc<CudaStream>> {
+        self.streams().to_vec()
+    }
+    fn order(&self, waiter: &Arc<CudaStream>, on: &Arc<CudaStream>) -> Result<()> {
+        if waiter.cu_stream() != on.cu_stream() {
+            let e = on.record_event(None)?;
+            waiter.wait(&e)?;
+        }
+        Ok(())
+    }
+    fn alloc<T: RsElement>(
+        &self,
+        _rank: usize,
+        queue: &Arc<CudaStream>,
+        n: usize,
+    ) -> Result<CudaSlice<T>> {
+        Ok(queue.alloc_zeros::<T>(n.max(1))?)
+    }
+    fn addr<T: RsElement>(&self, rank: usize, buf: &CudaSlice<T>) -> u64 {
+        let (p, _sync) = buf.device_ptr(&self.streams()[rank]);
+        p
+    }
+    fn check_placement<T: RsElement>(&self, rank: usize, buf: &CudaSlice<T>) -> Result<()> {
+        let expected = self.context(rank).ordinal();
+        let found = buf.context().ordinal();
+        if found != expected {
+            return Err(Error::WrongDevice {
+                rank,
+                which: "tensor",
+                found: found as i64,
+                expected,
+            });
+        }
+        Ok(())
+    }
+    fn hold<T: RsElement>(_buf: &CudaSlice<T>) {}
+    fn write_on<T: RsElement>(
+        &self,
+        _rank: usize,
+        queue: &Arc<CudaStream>,
+        buf: &mut CudaSlice<T>,
+        data: &[T],
+    ) -> Result<()> {
+        Ok(queue.memcpy_htod(data, &mut buf.slice_mut(0..data.len()))?)
+    }
+    unsafe fn run_task(
+        &self,
+        rank: usize,
+        queue: &Arc<CudaStream>,
+        mut task: Task,
+        _holds: Vec<()>,
+    ) -> Result<()> {
+        let inner = self.inner();
+        inner.ranks[rank].ctx.bind_to_thread()?;
+        let f = &inner.kernels[rank].task;
+        let mut params = [&mut task as *mut Task as *mut std::ffi::c_void];
+        result::launch_kernel(
+            f.cu_function(),
+            (task_blocks(&task), 1, 1),
+            (TASK_THREADS, 1, 1),
+            0,
+            queue.cu_stream(),
+            &mut params,
+        )?;
+        Ok(())
+    }
+    fn collective_on<T: RsElement>(
+        &self,
+        c: Collective,
+        regions: &mut [Region<'_, CudaSlice<T>>],
+        op: Op,
+        queues: &[Arc<CudaStream>],
+    ) -> Result<()> {
+        crate::collectives::gpu_collective(self, c, regions, op, queues)
+    }
+}
+
+impl GradBackend for CpuCommunicator {
+    type Queue = ();
+    type Hold = crate::cpu::Hold;
+
+    fn new_queues(&self) -> Result<Vec<()>> {
+        Ok(vec![(); self.k()])
+    }
+    fn own_queues(&self) -> Vec<()> {
+        vec![(); self.k()]
+    }
+    /// Every queue of a rank is its worker thread, in order already.
+    fn order(&self, _waiter: &(), _on: &()) -> Result<()> {
+        Ok(())
+    }
+    fn alloc<T: RsElement>(&self, _rank: usize, _queue: &(), n: usize) -> Result<HostBuffer<T>> {
+        Ok(HostBuffer::zeroed(n))
+    }
+    fn addr<T: RsElement>(&self, _rank: usize, buf: &HostBuffer<T>) -> u64 {
+        buf.as_view().addr()
+    }
+    fn check_placement<T: RsElement>(&self, _rank: usize, _buf: &HostBuffer<T>) -> Result<()> {
+        Ok(())
+    }
+    fn hold<T: RsElement>(buf: &HostBuffer<T>) -> crate::cpu::Hold {
+        crate::cpu::Hold::of(buf)
+    }
+    fn write_on<T: RsElement>(
+        &self,
+        _rank: usize,
+        _queue: &(),
+        buf: &mut HostBuffer<T>,
+        data: &[T],
+    ) -> Result<()> {
+        buf.write(0, data);
+        Ok(())
+    }
+    unsafe fn run_task(
+        &self,
+        rank: usize,
+        _queue: &(),
+        task: Task,
+        holds: Vec<crate::cpu::Hold>,
+    ) -> Result<()> {
+        self.run_task_job(rank, task, holds)
+    }
+    fn collective_on<T: RsElement>(
+        &self,
+        c: Collective,
+        regions: &mut [Region<'_, HostBuffer<T>>],
+        op: Op,
+        _queues: &[()],
+    ) -> Result<()> {
+        Collectives::collective(self, c, regions, op)
+    }
+}

@@ -1,0 +1,452 @@
+//! The dense paths: one tensor, a whole list through buckets, the
+//! streaming [`Session`], and their half-precision forms.
+
+use super::backend::GradBackend;
+use super::bucket::{pieces, plan, words, Bucket, Item, Packer};
+use super::{slot, GradSync, Precision, Slots};
+use crate::collectives::Region;
+use crate::element::RsElement;
+use crate::error::{Error, Result};
+use ringreduce_kernels::abi::{half_arg, HalfFormat, Task, TaskKind};
+use ringreduce_kernels::{Collective, DataType, Op};
+
+/// How a bucket or tensor is reduced.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Reduce {
+    Plain,
+    /// Converted to half precision (divided by `k` first if `true`),
+    /// all-reduced in it, converted back.
+    Half(Precision, bool),
+}
+
+impl<'c, C: GradBackend> GradSync<'c, C> {
+    /// SINGA's `synch`: an all-reduce of one tensor, in place.
+    pub fn all_reduce(&mut self, tensor: &mut [C::Buf<f32>]) -> Result<()> {
+        let n = self.check_tensor(tensor)?;
+        let mut bufs: Vec<&mut C::Buf<f32>> = tensor.iter_mut().collect();
+        let own = self.own.clone();
+        reduce_plain(self.comm, &mut bufs, n, self.op(), &own)
+    }
+
+    /// SINGA's `synchHalf`: the tensor converted to `precision` on the
+    /// device (divided by `k` first with `prescale`, as DDP's
+    /// `fp16_compress_hook`, so the result is the average), all-reduced in
+    /// it, and converted back. An `f16` sum beyond 65504 becomes infinite
+    /// and stays so; `bf16` has `f32`'s range. Needs `f32` tensors.
+    pub fn all_reduce_half<T: RsElement>(
+        &mut self,
+        tensor: &mut [C::Buf<T>],
+        precision: Precision,
+        prescale: bool,
+    ) -> Result<()> {
+        if T::DTYPE != DataType::F32 {
+            return Err(Error::HalfNeedsF32(T::DTYPE.name()));
+        }
+        let n = self.check_tensor(tensor)?;
+        let addrs: Vec<u64> = (0..tensor.len())
+            .map(|u| self.comm.addr(u, &tensor[u]))
+            .collect();
+        let holds = tensor.iter().map(|b| vec![C::hold(b)]).collect();
+        let own = self.own.clone();
+        self.reduce_half(&addrs, holds, n, precision, prescale, &own)
+    }
+
+    /// SINGA's `fusedSynch`: every tensor of the list all-reduced through
+    /// buckets of [`GradConfig::bucket_bytes`](super::GradConfig): packed
+    /// by one batched copy, all-reduced, unpacked. A tensor longer than a
+    /// bucket is all-reduced alone, in place.
+    pub fn fused_all_reduce(&mut self, tensors: &mut [Vec<C::Buf<f32>>]) -> Result<()> {
+        self.fused(tensors, Reduce::Plain)
+    }
+
+    /// [`fused_all_reduce`](Self::fused_all_reduce) with each bucket in
+    /// half precision, as [`all_reduce_half`](Self::all_reduce_half).
+    pub fn fused_all_reduce_half(
+        &mut self,
+        tensors: &mut [Vec<C::Buf<f32>>],
+        precision: Precision,
+        prescale: bool,
+    ) -> Result<()> {
+        self.fused(tensors, Reduce::Half(precision, prescale))
+    }
+
+    /// Starts the streaming form: gradients are produced on `producers`
+    /// (one queue per rank), and [`Session::push`]ed as they are ready.
+    pub fn session<'t>(&mut self, producers: Vec<C::Queue>) -> Result<Session<'_, 'c, 't, C>> {
+        let k = self.comm.k();
+        if producers.len() != k {
+            return Err(Error::WrongStreamCount {
+                got: producers.len(),
+                k,
+            });
+        }
+        Ok(Session {
+            g: self,
+            producers,
+            packer: Packer::default(),
+            open: Vec::new(),
+            slot: 0,
+            pushed: false,
+            done: false,
+        })
+    }
+
+    fn fused(&mut self, tensors: &mut [Vec<C::Buf<f32>>], mode: Reduce) -> Result<()> {
+        let mut lens = Vec::with_capacity(tensors.len());
+        for t in tensors.iter() {
+            lens.push(self.check_tensor(t)?);
+        }
+        let own = self.own.clone();
+        for b in plan(&lens, self.cap()) {
+            match b {
+                Bucket::Alone { tensor } => {
+                    self.reduce_tensor(&mut tensors[tensor], lens[tensor], mode, &own)?
+                }
+                Bucket::Packed { items, len } => {
+                    let all: Vec<&[C::Buf<f32>]> = tensors.iter().map(|t| t.as_slice()).collect();
+                    self.pack(0, &items, &all, &own, true)?;
+                    self.reduce_bucket(0, len, mode, &own)?;
+                    self.pack(0, &items, &all, &own, false)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn reduce_tensor(
+        &mut self,
+        t: &mut [C::Buf<f32>],
+        n: usize,
+        mode: Reduce,
+        q: &[C::Queue],
+    ) -> Result<()> {
+        match mode {
+            Reduce::Plain => {
+                let mut bufs: Vec<&mut C::Buf<f32>> = t.iter_mut().collect();
+                reduce_plain(self.comm, &mut bufs, n, self.op(), q)
+            }
+            Reduce::Half(p, s) => {
+                let addrs: Vec<u64> = (0..t.len()).map(|u| self.comm.addr(u, &t[u])).collect();
+                let holds = t.iter().map(|b| vec![C::hold(b)]).collect();
+                self.reduce_half(&addrs, holds, n, p, s, q)
+            }
+        }
+    }
+
+    /// Reduces the first `len` elements of bucket `b` on `q`.
+    fn reduce_bucket(&mut self, b: usize, len: usize, mode: Reduce, q: &[C::Queue]) -> Result<()> {
+        let cap = self.cap();
+        for (u, qu) in q.iter().enumerate() {
+            slot(self.comm, &mut self.buckets[b], u, qu, cap)?;
+        }
+        let (comm, op) = (self.comm, self.op());
+        let mut bufs: Vec<&mut C::Buf<f32>> = bucket_bufs(&mut self.buckets[b]);
+        match mode {
+            Reduce::Plain => reduce_plain(comm, &mut bufs, len, op, q),
+            Reduce::Half(p, s) => {
+                let addrs: Vec<u64> = bufs
+                    .iter()
+                    .enumerate()
+                    .map(|(u, b)| comm.addr(u, b))
+                    .collect();
+                let holds = bufs.iter().map(|b| vec![C::hold(b)]).collect();
+                drop(bufs);
+                self.reduce_half(&addrs, holds, len, p, s, q)
+            }
+        }
+    }
+
+    /// Packs (or unpacks) `items` of `tensors` into bucket `b`, one
+    /// batched copy per rank on `q`.
+    fn pack(
+        &mut self,
+        b: usize,
+        items: &[Item],
+        tensors: &[&[C::Buf<f32>]],
+        q: &[C::Queue],
+        into_bucket: bool,
+    ) -> Result<()> {
+        let cap = self.cap();
+        for (u, qu) in q.iter().enumerate() {
+            let bucket = slot(self.comm, &mut self.buckets[b], u, qu, cap)?;
+            let base = self.comm.addr(u, bucket);
+            let mut holds = vec![C::hold(bucket)];
+            let mut descs = Vec::new();
+            for it in items {
+                let t = &tensors[it.tensor][u];
+                let a = self.comm.addr(u, t);
+                pieces(a, base + 4 * it.offset as u64, it.len, into_bucket, &mut descs);
+                holds.push(C::hold(t));
+            }
+            copy_task(self.comm, u, qu, &descs, holds)?;
+        }
+        Ok(())
+    }
+
+    /// The half path over raw `f32` addresses, one per rank.
+    fn reduce_half(
+        &mut self,
+        addrs: &[u64],
+        holds: Vec<Vec<C::Hold>>,
+        n: usize,
+        p: Precision,
+        prescale: bool,
+        q: &[C::Queue],
+    ) -> Result<()> {
+        match p {
+            Precision::F16 => {
+                half_via::<C, half::f16>(self.comm, &mut self.half, addrs, holds, n, p, prescale, q)
+            }
+            Precision::Bf16 => {
+                half_via::<C, half::bf16>(self.comm, &mut self.bhalf, addrs, holds, n, p, prescale, q)
+            }
+        }
+    }
+}
+
+/// Every rank's buffer of a slot set, allocated.
+fn bucket_bufs<B>(s: &mut Slots<B>) -> Vec<&mut B> {
+    s.bufs
+        .iter_mut()
+        .map(|b| &mut b.as_mut().expect("allocated").0)
+        .collect()
+}
+
+/// An in-place all-reduce of the first `n` elements of every rank's buffer.
+fn reduce_plain<C: GradBackend>(
+    comm: &C,
+    bufs: &mut [&mut C::Buf<f32>],
+    n: usize,
+    op: Op,
+    q: &[C::Queue],
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let mut regions: Vec<Region<'_, C::Buf<f32>>> = bufs
+        .iter_mut()
+        .map(|b| Region::InPlace {
+            buf: &mut **b,
+            at: 0..n,
+        })
+        .collect();
+    comm.collective_on(Collective::AllReduce, &mut regions, op, q)
+}
+
+/// One batched copy of `descs` on rank `u`'s queue.
+pub(super) fn copy_task<C: GradBackend>(
+    comm: &C,
+    u: usize,
+    q: &C::Queue,
+    descs: &[ringreduce_kernels::abi::CopyDesc],
+    mut holds: Vec<C::Hold>,
+) -> Result<()> {
+    if descs.is_empty() {
+        return Ok(());
+    }
+    let w = words(descs);
+    let mut d = comm.alloc::<u64>(u, q, w.len())?;
+    comm.write_on(u, q, &mut d, &w)?;
+    holds.push(C::hold(&d));
+    let task = Task {
+        kind: TaskKind::Copy as u64,
+        src: comm.addr(u, &d),
+        n: descs.len() as u64,
+        ..Task::default()
+    };
+    // SAFETY: the descriptors name live buffers of this rank, held.
+    unsafe { comm.run_task(u, q, task, holds) }
+}
+
+/// Convert, all-reduce in `H`, convert back.
+#[allow(clippy::too_many_arguments)]
+fn half_via<C: GradBackend, H: RsElement>(
+    comm: &C,
+    slots: &mut Slots<C::Buf<H>>,
+    addrs: &[u64],
+    holds: Vec<Vec<C::Hold>>,
+    n: usize,
+    p: Precision,
+    prescale: bool,
+    q: &[C::Queue],
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let format = match p {
+        Precision::F16 => HalfFormat::F16,
+        Precision::Bf16 => HalfFormat::Bf16,
+    };
+    let divisor = if prescale { comm.k() as f32 } else { 1.0 };
+    let mut hh = Vec::new();
+    for (u, qu) in q.iter().enumerate() {
+        let h = slot(comm, slots, u, qu, n)?;
+        let task = Task {
+            kind: TaskKind::ToHalf as u64,
+            src: addrs[u],
+            dst: comm.addr(u, h),
+            n: n as u64,
+            arg: half_arg(format, divisor),
+            ..Task::default()
+        };
+        let hold = vec![C::hold(h)];
+        // SAFETY: `addrs[u]` holds `n` f32s (checked by the caller), `h` n halves.
+        unsafe { comm.run_task(u, qu, task, hold)? };
+        hh.push(comm.addr(u, h));
+    }
+    {
+        let mut bufs: Vec<&mut C::Buf<H>> = bucket_bufs(slots);
+        let mut regions: Vec<Region<'_, C::Buf<H>>> = bufs
+            .iter_mut()
+            .map(|b| Region::InPlace {
+                buf: &mut **b,
+                at: 0..n,
+            })
+            .collect();
+        comm.collective_on(Collective::AllReduce, &mut regions, Op::Sum, q)?;
+    }
+    for ((u, qu), hold) in q.iter().enumerate().zip(holds) {
+        let task = Task {
+            kind: TaskKind::FromHalf as u64,
+            src: hh[u],
+            dst: addrs[u],
+            n: n as u64,
+            arg: format as u64,
+            ..Task::default()
+        };
+        let mut hold = hold;
+        hold.push(C::hold(&slots.bufs[u].as_ref().expect("allocated").0));
+        // SAFETY: as above.
+        unsafe { comm.run_task(u, qu, task, hold)? };
+    }
+    Ok(())
+}
+
+/// The streaming fused all-reduce (see [`GradSync::session`]): tensors are
+/// packed as they are pushed, on the layer's copy queue; each full bucket is
+/// all-reduced and unpacked on its communication queue while packing goes
+/// on into the other bucket. The pushed tensors stay borrowed until
+/// [`wait`](Self::wait), so nothing touches them before their results are
+/// ordered.
+pub struct Session<'g, 'c, 't, C: GradBackend> {
+    g: &'g mut GradSync<'c, C>,
+    producers: Vec<C::Queue>,
+    packer: Packer,
+    /// The tensors of the open bucket, by the packer's item index.
+    open: Vec<&'t [C::Buf<f32>]>,
+    slot: usize,
+    pushed: bool,
+    done: bool,
+}
+
+impl<'t, C: GradBackend> Session<'_, '_, 't, C> {
+    /// Queues one gradient: after the work its producer queues hold, it is
+    /// packed into the open bucket; a tensor longer than the cap is
+    /// all-reduced alone, in place, with no copy.
+    pub fn push(&mut self, tensor: &'t mut [C::Buf<f32>]) -> Result<()> {
+        let n = self.g.check_tensor(tensor)?;
+        if n == 0 {
+            return Ok(());
+        }
+        self.pushed = true;
+        let g = &mut *self.g;
+        let (copy, net) = (g.copy.clone(), g.net.clone());
+        // The packer's tensor index is unused here: a bucket's tensors are
+        // the open list, in order.
+        let (closed, alone) = self.packer.push(0, n, g.cap());
+        if let Some(Bucket::Packed { items, len }) = closed {
+            self.launch(&items, len)?;
+        }
+        let g = &mut *self.g;
+        if alone.is_some() {
+            for u in 0..net.len() {
+                g.comm.order(&net[u], &self.producers[u])?;
+                g.comm.order(&net[u], &copy[u])?;
+            }
+            let mut bufs: Vec<&mut C::Buf<f32>> = tensor.iter_mut().collect();
+            return reduce_plain(g.comm, &mut bufs, n, g.op(), &net);
+        }
+        let first = self.packer.items().len() == 1;
+        for u in 0..copy.len() {
+            g.comm.order(&copy[u], &self.producers[u])?;
+            if first {
+                // The bucket's last use (two buckets ago) is unpacked.
+                g.comm.order(&copy[u], &net[u])?;
+            }
+        }
+        let item = *self.packer.items().last().expect("just pushed");
+        let tensor: &'t [C::Buf<f32>] = tensor;
+        self.open.push(tensor);
+        let one = Item { tensor: self.open.len() - 1, ..item };
+        g.pack(self.slot, &[one], &self.open, &copy, true)
+    }
+
+    /// All-reduces the partly filled bucket now.
+    pub fn flush(&mut self) -> Result<()> {
+        if let Some(Bucket::Packed { items, len }) = self.packer.take() {
+            self.launch(&items, len)?;
+        }
+        Ok(())
+    }
+
+    /// Flushes, then makes each of `queues` (one per rank) wait on the
+    /// device for every result; no host synchronisation. With nothing
+    /// pushed it does nothing.
+    pub fn wait(mut self, queues: &[C::Queue]) -> Result<()> {
+        self.done = true;
+        if !self.pushed {
+            return Ok(());
+        }
+        self.flush()?;
+        let g = &*self.g;
+        if queues.len() != g.net.len() {
+            return Err(Error::WrongStreamCount {
+                got: queues.len(),
+                k: g.net.len(),
+            });
+        }
+        for (u, q) in queues.iter().enumerate() {
+            g.comm.order(q, &g.net[u])?;
+            g.comm.order(q, &g.copy[u])?;
+        }
+        Ok(())
+    }
+
+    /// The closed bucket in the current slot: all-reduced and unpacked on
+    /// the communication queue after its packing.
+    fn launch(&mut self, items: &[Item], len: usize) -> Result<()> {
+        let g = &mut *self.g;
+        let (copy, net) = (g.copy.clone(), g.net.clone());
+        for u in 0..net.len() {
+            g.comm.order(&net[u], &copy[u])?;
+        }
+        g.reduce_bucket(self.slot, len, Reduce::Plain, &net)?;
+        // Its tensors are the first of the open list, in order.
+        let items: Vec<Item> = items
+            .iter()
+            .enumerate()
+            .map(|(i, it)| Item { tensor: i, ..*it })
+            .collect();
+        g.pack(self.slot, &items, &self.open, &net, false)?;
+        self.slot ^= 1;
+        // The open bucket's items start again from 0.
+        self.open.drain(..items.len().min(self.open.len()));
+        Ok(())
+    }
+}
+
+impl<C: GradBackend> Drop for Session<'_, '_, '_, C> {
+    /// A session dropped without `wait` still finishes its buckets and
+    /// orders the communicator's own queues after them, so no pushed tensor
+    /// is written after its borrow ends unnoticed by those queues.
+    fn drop(&mut self) {
+        if !self.done && self.pushed {
+            let _ = self.flush();
+            let g = &*self.g;
+            for u in 0..g.own.len() {
+                let _ = g.comm.order(&g.own[u], &g.net[u]);
+                let _ = g.comm.order(&g.own[u], &g.copy[u]);
+            }
+        }
+    }
+}

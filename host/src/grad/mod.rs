@@ -1,0 +1,205 @@
+//! Gradient synchronisation over any [`Collectives`] backend, after Apache
+//! SINGA's communicator: a plain all-reduce of one tensor, a fused
+//! all-reduce of many through buckets (with a streaming form that overlaps
+//! the backward pass), a half-precision all-reduce of `f32` gradients, and a
+//! sparse all-reduce by threshold or top-K with error feedback.
+//!
+//! A *tensor* here is one buffer per rank (`Vec<C::Buf<f32>>`, user rank
+//! order), as every call of a [`Collectives`] backend takes all ranks.
+//! Every call is queued on the communicator's own queues (its streams) and
+//! returns without waiting, like a collective; read results through the
+//! backend (`download`, `read`), which waits for them. The streaming
+//! [`Session`] runs on the layer's own copy and communication queues, and
+//! `wait` orders the caller's queues after them on the device.
+//!
+//! Results are sums (or averages with [`GradConfig::average`]) folded as
+//! the backend's all-reduce folds them. A fused all-reduce gives bitwise the
+//! result of one all-reduce per tensor wherever the fold order does not
+//! depend on an element's place in the buffer: always for the direct
+//! algorithms (user-rank order), and for exactly representable sums.
+//! The ring folds each block starting at a different rank, so with it a
+//! packed element can differ from the unpacked one in its last bits, as
+//! with NCCL and PyTorch DDP's buckets.
+
+mod backend;
+pub mod bucket;
+mod fused;
+mod sparse;
+
+pub use backend::{task_blocks, GradBackend};
+pub use fused::Session;
+pub use sparse::SparseSent;
+
+use crate::element::RsElement;
+use crate::error::{Error, Result};
+
+/// How the layer packs and when the sparse path gives up.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GradConfig {
+    /// The bucket size of the fused all-reduce: 25 MiB as PyTorch DDP.
+    pub bucket_bytes: usize,
+    /// Averages instead of summing (one division by `k` at the end).
+    pub average: bool,
+    /// The sparse path sends dense (an all-reduce of the selection) when
+    /// the selected share of the elements is above this.
+    pub dense_above: f64,
+}
+
+impl Default for GradConfig {
+    fn default() -> Self {
+        GradConfig {
+            bucket_bytes: 25 << 20,
+            average: false,
+            dense_above: DEFAULT_DENSE_ABOVE,
+        }
+    }
+}
+
+/// Where the sparse exchange stops paying: it all-gathers 8 bytes per
+/// selected element from every rank (`k * 8 * d * n` bytes in), where the
+/// ring all-reduce moves about `2 * 4 * n`; so sparse wins below `d = 1/k`
+/// on bytes alone, less the selection's passes. See `bench/NOTES.md` for
+/// the measured break-even.
+pub const DEFAULT_DENSE_ABOVE: f64 = 0.05;
+
+/// The half-precision format of [`GradSync::all_reduce_half`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// IEEE binary16: 11 bits of precision, overflow above 65504.
+    F16,
+    /// bfloat16: `f32`'s range, 8 bits of precision.
+    Bf16,
+}
+
+/// Which elements the sparse all-reduce sends.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Sparsity {
+    /// Every element with `|g'| >= t`.
+    Threshold(f32),
+    /// The `ceil(fraction * n)` elements of largest `|g'|`, ties to the
+    /// lower index.
+    TopK(f64),
+}
+
+impl Sparsity {
+    /// A typed error for a NaN or negative threshold, or a fraction outside
+    /// (0, 1].
+    pub fn check(self) -> Result<()> {
+        match self {
+            Sparsity::Threshold(t) if t.is_nan() || t < 0.0 => Err(Error::BadThreshold(t)),
+            Sparsity::TopK(f) if !(f > 0.0 && f <= 1.0) => Err(Error::BadFraction(f)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Elements top-K selects of `n`.
+    pub fn k_of(fraction: f64, n: u64) -> u64 {
+        ((fraction * n as f64).ceil() as u64).clamp(1, n.max(1))
+    }
+}
+
+/// The gradient layer over a communicator: its queues and scratch buffers.
+pub struct GradSync<'c, C: GradBackend> {
+    comm: &'c C,
+    config: GradConfig,
+    own: Vec<C::Queue>,
+    copy: Vec<C::Queue>,
+    net: Vec<C::Queue>,
+    /// The two buckets the streaming form alternates between (allocated on
+    /// first use, at the cap), and the fused call's.
+    buckets: [Slots<C::Buf<f32>>; 2],
+    /// Sparse scratch: g' and a packed residual.
+    work: Slots<C::Buf<f32>>,
+    packed_residual: Slots<C::Buf<f32>>,
+    /// Selection state, tile counts, own pairs, gathered pairs, counts.
+    words: [Slots<C::Buf<u64>>; 5],
+    half: Slots<C::Buf<half::f16>>,
+    bhalf: Slots<C::Buf<half::bf16>>,
+}
+
+/// One scratch buffer per rank, grown on demand.
+struct Slots<B> {
+    bufs: Vec<Option<(B, usize)>>,
+}
+
+impl<B> Slots<B> {
+    fn new(k: usize) -> Self {
+        Slots {
+            bufs: (0..k).map(|_| None).collect(),
+        }
+    }
+}
+
+impl<'c, C: GradBackend> GradSync<'c, C> {
+    /// The layer over `comm`, with its own copy and communication queues.
+    pub fn new(comm: &'c C, config: GradConfig) -> Result<Self> {
+        let k = comm.k();
+        Ok(GradSync {
+            comm,
+            own: comm.own_queues(),
+            copy: comm.new_queues()?,
+            net: comm.new_queues()?,
+            config,
+            buckets: [Slots::new(k), Slots::new(k)],
+            work: Slots::new(k),
+            packed_residual: Slots::new(k),
+            words: std::array::from_fn(|_| Slots::new(k)),
+            half: Slots::new(k),
+            bhalf: Slots::new(k),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GradConfig {
+        &self.config
+    }
+
+    /// Elements of a bucket.
+    fn cap(&self) -> usize {
+        (self.config.bucket_bytes / 4).max(1)
+    }
+
+    fn op(&self) -> ringreduce_kernels::Op {
+        if self.config.average {
+            ringreduce_kernels::Op::Avg
+        } else {
+            ringreduce_kernels::Op::Sum
+        }
+    }
+
+    /// One buffer per rank, all of one length and on their ranks' devices:
+    /// that length.
+    fn check_tensor<T: RsElement>(&self, t: &[C::Buf<T>]) -> Result<usize> {
+        let k = self.comm.k();
+        if t.len() != k {
+            return Err(Error::WrongBufferCount { got: t.len(), k });
+        }
+        let n = C::len_of(&t[0]);
+        for (u, b) in t.iter().enumerate() {
+            if C::len_of(b) != n {
+                return Err(Error::CountMismatch {
+                    rank: u,
+                    got: C::len_of(b) as u64,
+                    want: n as u64,
+                });
+            }
+            self.comm.check_placement(u, b)?;
+        }
+        Ok(n)
+    }
+}
+
+/// Rank `rank`'s slot of `slots`, at least `n` long, allocated on `queue`.
+fn slot<'s, C: GradBackend, T: RsElement>(
+    comm: &C,
+    slots: &'s mut Slots<C::Buf<T>>,
+    rank: usize,
+    queue: &C::Queue,
+    n: usize,
+) -> Result<&'s mut C::Buf<T>> {
+    let s = &mut slots.bufs[rank];
+    if s.as_ref().is_none_or(|(_, len)| *len < n) {
+        *s = Some((comm.alloc::<T>(rank, queue, n)?, n));
+    }
+    Ok(&mut s.as_mut().expect("just set").0)
+}

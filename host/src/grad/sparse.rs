@@ -1,0 +1,414 @@
+//! The sparse all-reduce: error feedback, selection on the device (radix
+//! select for top-K, a threshold otherwise), an index-ordered compaction
+//! into `(index, value)` pairs, an all-gather of the pairs, and a
+//! scatter-add in user-rank order into the zeroed tensor. Above
+//! [`GradConfig::dense_above`](super::GradConfig) it sends the selection
+//! dense instead, with one all-reduce.
+
+use super::backend::GradBackend;
+use super::bucket::{pieces, plan, Bucket};
+use super::fused::copy_task;
+use super::{slot, GradSync, Slots, Sparsity};
+use crate::collectives::Region;
+use crate::error::{Error, Result};
+use ringreduce_kernels::abi::{tiles_for, SelectState, Task, TaskKind, SELECT_PASSES};
+use ringreduce_kernels::{Collective, Op};
+
+/// What a sparse call sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SparseSent {
+    /// Pairs each rank sent (the padded count), or 0 when it went dense.
+    pub pairs: u64,
+    /// Whether the selection went as one dense all-reduce.
+    pub dense: bool,
+}
+
+/// Word of [`SelectState`] that holds the selected count.
+const COUNT_WORD: usize = 3;
+const _: () = assert!(std::mem::offset_of!(SelectState, count) == 8 * COUNT_WORD);
+
+impl<'c, C: GradBackend> GradSync<'c, C> {
+    /// SINGA's `sparsification`: sends only the selected elements of
+    /// `g' = tensor + residual`, and leaves in `tensor` the sum over ranks
+    /// of what each sent. With a residual (error feedback), it becomes
+    /// `g'` less what was sent. Top-K needs no host synchronisation; a
+    /// threshold synchronises once, to size the exchange to the largest
+    /// count. Results are sums (the layer's `average` does not apply). NaN
+    /// magnitudes count as the largest and are sent.
+    pub fn sparse_all_reduce(
+        &mut self,
+        tensor: &mut [C::Buf<f32>],
+        sparsity: Sparsity,
+        residual: Option<&mut [C::Buf<f32>]>,
+    ) -> Result<SparseSent> {
+        sparsity.check()?;
+        let n = self.check_tensor(tensor)?;
+        if let Some(r) = &residual {
+            self.check_residual(r, n)?;
+        }
+        if n as u64 >= u32::MAX as u64 {
+            return Err(Error::SparseTooLong(n as u64));
+        }
+        let k = self.comm.k();
+        let g: Vec<u64> = (0..k).map(|u| self.comm.addr(u, &tensor[u])).collect();
+        let r: Option<Vec<u64>> = residual
+            .as_ref()
+            .map(|r| (0..k).map(|u| self.comm.addr(u, &r[u])).collect());
+        let mut holds: Vec<Vec<C::Hold>> = tensor.iter().map(|b| vec![C::hold(b)]).collect();
+        if let Some(rs) = &residual {
+            for (h, b) in holds.iter_mut().zip(rs.iter()) {
+                h.push(C::hold(b));
+            }
+        }
+        self.sparse_core(&g, r.as_deref(), holds, n, sparsity)
+    }
+
+    /// The sparse all-reduce of a whole list as one selection (top-K over
+    /// all of it): packed into one buffer (and the residuals into another),
+    /// then as [`sparse_all_reduce`](Self::sparse_all_reduce), then
+    /// unpacked.
+    pub fn fused_sparse_all_reduce(
+        &mut self,
+        tensors: &mut [Vec<C::Buf<f32>>],
+        sparsity: Sparsity,
+        residuals: Option<&mut [Vec<C::Buf<f32>>]>,
+    ) -> Result<SparseSent> {
+        sparsity.check()?;
+        let mut lens = Vec::with_capacity(tensors.len());
+        for t in tensors.iter() {
+            lens.push(self.check_tensor(t)?);
+        }
+        if let Some(rs) = &residuals {
+            if rs.len() != tensors.len() {
+                return Err(Error::WrongBufferCount {
+                    got: rs.len(),
+                    k: tensors.len(),
+                });
+            }
+            for (r, &n) in rs.iter().zip(&lens) {
+                self.check_residual(r, n)?;
+            }
+        }
+        let Some(Bucket::Packed { items, len }) = plan(&lens, usize::MAX).pop() else {
+            return Ok(SparseSent { pairs: 0, dense: false });
+        };
+        if len as u64 >= u32::MAX as u64 {
+            return Err(Error::SparseTooLong(len as u64));
+        }
+        let own = self.own.clone();
+        let k = self.comm.k();
+        let mut g = Vec::with_capacity(k);
+        let mut r = Vec::with_capacity(k);
+        let mut holds = Vec::with_capacity(k);
+        for (u, q) in own.iter().enumerate() {
+            let pg = slot(self.comm, &mut self.buckets[1], u, q, len)?;
+            let mut h = vec![C::hold(pg)];
+            g.push(self.comm.addr(u, pg));
+            if residuals.is_some() {
+                let pr = slot(self.comm, &mut self.packed_residual, u, q, len)?;
+                h.push(C::hold(pr));
+                r.push(self.comm.addr(u, pr));
+            }
+            holds.push(h);
+        }
+        let lists: Vec<&[Vec<C::Buf<f32>>]> = match &residuals {
+            Some(rs) => vec![&tensors[..], &rs[..]],
+            None => vec![&tensors[..]],
+        };
+        let bases = [&g, &r];
+        for (list, base) in lists.iter().zip(bases) {
+            self.copy_list(list, &items, base, true)?;
+        }
+        let rr = residuals.is_some().then_some(&r[..]);
+        let sent = self.sparse_core(&g, rr, holds, len, sparsity)?;
+        for (list, base) in lists.iter().zip(bases) {
+            self.copy_list(list, &items, base, false)?;
+        }
+        Ok(sent)
+    }
+
+    fn check_residual(&self, r: &[C::Buf<f32>], n: usize) -> Result<()> {
+        let k = self.comm.k();
+        if r.len() != k {
+            return Err(Error::WrongBufferCount { got: r.len(), k });
+        }
+        for (u, b) in r.iter().enumerate() {
+            if C::len_of(b) != n {
+                return Err(Error::ResidualLength {
+                    rank: u,
+                    got: C::len_of(b) as u64,
+                    want: n as u64,
+                });
+            }
+            self.comm.check_placement(u, b)?;
+        }
+        Ok(())
+    }
+
+    /// Packs (`into`) or unpacks a list's tensors at `items` of the packed
+    /// buffers at `base` (one address per rank), on the own queues.
+    fn copy_list(
+        &self,
+        list: &[Vec<C::Buf<f32>>],
+        items: &[super::bucket::Item],
+        base: &[u64],
+        into: bool,
+    ) -> Result<()> {
+        for (u, q) in self.own.iter().enumerate() {
+            let mut descs = Vec::new();
+            let mut holds = Vec::new();
+            for it in items {
+                let t = &list[it.tensor][u];
+                let a = self.comm.addr(u, t);
+                pieces(a, base[u] + 4 * it.offset as u64, it.len, into, &mut descs);
+                holds.push(C::hold(t));
+            }
+            copy_task(self.comm, u, q, &descs, holds)?;
+        }
+        Ok(())
+    }
+
+    /// The sparse path over raw addresses: `g` (and the residual `r`) of
+    /// `n` f32s per rank, kept alive by `holds`.
+    fn sparse_core(
+        &mut self,
+        g: &[u64],
+        r: Option<&[u64]>,
+        holds: Vec<Vec<C::Hold>>,
+        n: usize,
+        sparsity: Sparsity,
+    ) -> Result<SparseSent> {
+        if n == 0 {
+            return Ok(SparseSent { pairs: 0, dense: false });
+        }
+        let comm = self.comm;
+        let own = self.own.clone();
+        let k = comm.k();
+        let nn = n as u64;
+        let tiles = tiles_for(nn);
+        let [states, tile_counts, pairs, gathered, counts] = &mut self.words;
+        let state_words = SelectState::BYTES.div_ceil(8);
+        // Selection, per rank.
+        let mut at = Vec::with_capacity(k);
+        for (u, q) in own.iter().enumerate() {
+            let work = slot(comm, &mut self.work, u, q, n)?;
+            let st = slot(comm, states, u, q, state_words)?;
+            let tc = slot(comm, tile_counts, u, q, 2 * tiles as usize)?;
+            let (w, s, t) = (comm.addr(u, &*work), comm.addr(u, &*st), comm.addr(u, &*tc));
+            at.push((w, s, t));
+            let base = Task {
+                src: w,
+                state: s,
+                aux: t,
+                n: nn,
+                tiles,
+                ..Task::default()
+            };
+            let mut tasks = vec![Task {
+                kind: TaskKind::Feedback as u64,
+                src: g[u],
+                aux: r.map_or(0, |r| r[u]),
+                dst: w,
+                ..base
+            }];
+            match sparsity {
+                Sparsity::TopK(f) => {
+                    tasks.push(Task {
+                        kind: TaskKind::SelectTopK as u64,
+                        arg: Sparsity::k_of(f, nn),
+                        ..base
+                    });
+                    for p in 0..SELECT_PASSES {
+                        tasks.push(Task {
+                            kind: TaskKind::Histogram as u64,
+                            arg: p,
+                            ..base
+                        });
+                        tasks.push(Task {
+                            kind: TaskKind::PickDigit as u64,
+                            arg: p,
+                            ..base
+                        });
+                    }
+                }
+                Sparsity::Threshold(th) => tasks.push(Task {
+                    kind: TaskKind::SelectThreshold as u64,
+                    arg: th.abs().to_bits() as u64,
+                    ..base
+                }),
+            }
+            for kind in [TaskKind::CountTiles, TaskKind::ScanTiles] {
+                tasks.push(Task {
+                    kind: kind as u64,
+                    ..base
+                });
+            }
+            for t in tasks {
+                let h = vec![C::hold(&*work), C::hold(&*st), C::hold(&*tc)];
+                // SAFETY: every address is a live buffer of this rank, of
+                // the lengths the task's `n` and `tiles` name (held).
+                unsafe { comm.run_task(u, q, t, h)? };
+            }
+        }
+        // How many pairs each rank sends.
+        let cap = match sparsity {
+            Sparsity::TopK(f) => Sparsity::k_of(f, nn),
+            Sparsity::Threshold(_) => {
+                for (u, q) in own.iter().enumerate() {
+                    slot(comm, counts, u, q, k)?;
+                }
+                let mut sts = slots_mut(states);
+                let mut cs = slots_mut(counts);
+                let mut regions: Vec<Region<'_, C::Buf<u64>>> = sts
+                    .iter_mut()
+                    .zip(cs.iter_mut())
+                    .map(|(s, c)| Region::OutOfPlace {
+                        send: &**s,
+                        send_at: COUNT_WORD..COUNT_WORD + 1,
+                        recv: &mut **c,
+                        recv_at: 0..k,
+                    })
+                    .collect();
+                comm.collective_on(Collective::AllGather, &mut regions, Op::Sum, &own)?;
+                drop(regions);
+                // The one host synchronisation of the threshold path.
+                let all = comm.read(0, cs[0], 0..k)?;
+                all.into_iter().max().unwrap_or(0)
+            }
+        };
+        let dense = cap as f64 > self.config.dense_above * nn as f64;
+        let mut holds = holds;
+        if dense {
+            for (u, q) in own.iter().enumerate() {
+                let (w, s, t) = at[u];
+                let task = Task {
+                    kind: TaskKind::WriteSelected as u64,
+                    src: w,
+                    dst: w,
+                    aux: t,
+                    aux2: r.map_or(0, |r| r[u]),
+                    state: s,
+                    n: nn,
+                    arg: u64::MAX,
+                    tiles,
+                };
+                let h = hold_slots::<C>(&self.work, states, tile_counts, u);
+                // SAFETY: as above; `r[u]` is the held residual.
+                unsafe { comm.run_task(u, q, task, h)? };
+            }
+            {
+                let mut bufs = slots_mut(&mut self.work);
+                let mut regions: Vec<Region<'_, C::Buf<f32>>> = bufs
+                    .iter_mut()
+                    .map(|b| Region::InPlace {
+                        buf: &mut **b,
+                        at: 0..n,
+                    })
+                    .collect();
+                comm.collective_on(Collective::AllReduce, &mut regions, Op::Sum, &own)?;
+            }
+            for (u, q) in own.iter().enumerate() {
+                let mut descs = Vec::new();
+                pieces(g[u], at[u].0, n, false, &mut descs);
+                let mut h = std::mem::take(&mut holds[u]);
+                h.push(C::hold(&self.work.bufs[u].as_ref().expect("allocated").0));
+                copy_task(comm, u, q, &descs, h)?;
+            }
+            return Ok(SparseSent { pairs: 0, dense: true });
+        }
+        let cap_n = cap as usize;
+        for (u, q) in own.iter().enumerate() {
+            let pr = slot(comm, pairs, u, q, cap_n)?;
+            slot(comm, gathered, u, q, k * cap_n)?;
+            let (w, s, t) = at[u];
+            let task = Task {
+                kind: TaskKind::WriteSelected as u64,
+                src: w,
+                dst: comm.addr(u, &*pr),
+                aux: t,
+                aux2: r.map_or(0, |r| r[u]),
+                state: s,
+                n: nn,
+                arg: cap,
+                tiles,
+            };
+            let mut h = hold_slots::<C>(&self.work, states, tile_counts, u);
+            h.push(C::hold(&*pr));
+            // SAFETY: `pr` holds `cap` pairs; the rest as above.
+            unsafe { comm.run_task(u, q, task, h)? };
+        }
+        {
+            let mut ps = slots_mut(pairs);
+            let mut gs = slots_mut(gathered);
+            let mut regions: Vec<Region<'_, C::Buf<u64>>> = ps
+                .iter_mut()
+                .zip(gs.iter_mut())
+                .map(|(p, g)| Region::OutOfPlace {
+                    send: &**p,
+                    send_at: 0..cap_n,
+                    recv: &mut **g,
+                    recv_at: 0..k * cap_n,
+                })
+                .collect();
+            comm.collective_on(Collective::AllGather, &mut regions, Op::Sum, &own)?;
+        }
+        for (u, q) in own.iter().enumerate() {
+            let gb = &gathered.bufs[u].as_ref().expect("allocated").0;
+            let ga = comm.addr(u, gb);
+            let mut tasks = vec![Task {
+                kind: TaskKind::Fill as u64,
+                dst: g[u],
+                n: nn,
+                ..Task::default()
+            }];
+            // User-rank order: every element folds 0 + v0 + v1 + ….
+            for v in 0..k as u64 {
+                tasks.push(Task {
+                    kind: TaskKind::ScatterAdd as u64,
+                    src: ga + 8 * v * cap,
+                    dst: g[u],
+                    n: cap,
+                    arg: nn,
+                    ..Task::default()
+                });
+            }
+            let last = tasks.len() - 1;
+            for (i, t) in tasks.into_iter().enumerate() {
+                let mut h = vec![C::hold(gb)];
+                if i == last {
+                    h.extend(std::mem::take(&mut holds[u]));
+                }
+                // SAFETY: `g[u]` holds `n` f32s (held), `gb` k * cap pairs.
+                unsafe { comm.run_task(u, q, t, h)? };
+            }
+        }
+        Ok(SparseSent { pairs: cap, dense: false })
+    }
+}
+
+/// Every rank's allocated buffer of a slot set.
+fn slots_mut<B>(s: &mut Slots<B>) -> Vec<&mut B> {
+    s.bufs
+        .iter_mut()
+        .map(|b| &mut b.as_mut().expect("allocated").0)
+        .collect()
+}
+
+/// Holds of rank `u`'s work, state and tile buffers.
+fn hold_slots<C: GradBackend>(
+    work: &Slots<C::Buf<f32>>,
+    states: &Slots<C::Buf<u64>>,
+    tiles: &Slots<C::Buf<u64>>,
+    u: usize,
+) -> Vec<C::Hold> {
+    let mut h = Vec::new();
+    if let Some((b, _)) = &work.bufs[u] {
+        h.push(C::hold(b));
+    }
+    for s in [states, tiles] {
+        if let Some((b, _)) = &s.bufs[u] {
+            h.push(C::hold(b));
+        }
+    }
+    h
+}
