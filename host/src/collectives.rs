@@ -242,10 +242,9 @@ pub(crate) fn gpu_collective<T: RsElement>(
                 send_at,
                 recv,
                 recv_at,
-            } => Buffers::out_of_place(
-                send.slice(send_at.clone()),
-                recv.slice_mut(recv_at.clone()),
-            ),
+            } => {
+                Buffers::out_of_place(send.slice(send_at.clone()), recv.slice_mut(recv_at.clone()))
+            }
             Region::InPlace { buf, at } => Buffers::in_place(buf.slice_mut(at.clone())),
         });
     }

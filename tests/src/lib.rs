@@ -6,6 +6,7 @@
 pub mod cases;
 pub mod checked;
 pub mod data;
+pub mod grad;
 pub mod graph;
 pub mod soak;
 

@@ -48,7 +48,12 @@ impl Packer {
     /// elements: returns the bucket this closes, if any, and the tensor's
     /// own bucket if it goes alone (longer than `cap`). Empty tensors are
     /// left out.
-    pub fn push(&mut self, tensor: usize, len: usize, cap: usize) -> (Option<Bucket>, Option<Bucket>) {
+    pub fn push(
+        &mut self,
+        tensor: usize,
+        len: usize,
+        cap: usize,
+    ) -> (Option<Bucket>, Option<Bucket>) {
         if len == 0 {
             return (None, None);
         }
@@ -112,9 +117,17 @@ pub fn pieces(tensor: u64, bucket: u64, len: usize, into_bucket: bool, out: &mut
         let n = (bytes - at).min(COPY_PIECE_BYTES);
         let (t, b) = (tensor + at, bucket + at);
         out.push(if into_bucket {
-            CopyDesc { src: t, dst: b, bytes: n }
+            CopyDesc {
+                src: t,
+                dst: b,
+                bytes: n,
+            }
         } else {
-            CopyDesc { src: b, dst: t, bytes: n }
+            CopyDesc {
+                src: b,
+                dst: t,
+                bytes: n,
+            }
         });
         at += n;
     }
@@ -138,29 +151,49 @@ mod tests {
             vec![
                 Bucket::Packed {
                     items: vec![
-                        Item { tensor: 0, offset: 0, len: 3 },
-                        Item { tensor: 1, offset: 4, len: 5 },
+                        Item {
+                            tensor: 0,
+                            offset: 0,
+                            len: 3
+                        },
+                        Item {
+                            tensor: 1,
+                            offset: 4,
+                            len: 5
+                        },
                     ],
                     len: 9
                 },
                 Bucket::Packed {
-                    items: vec![
-                        Item { tensor: 3, offset: 0, len: 10 },
-                    ],
+                    items: vec![Item {
+                        tensor: 3,
+                        offset: 0,
+                        len: 10
+                    },],
                     len: 10
                 },
                 Bucket::Packed {
-                    items: vec![Item { tensor: 4, offset: 0, len: 2 }],
+                    items: vec![Item {
+                        tensor: 4,
+                        offset: 0,
+                        len: 2
+                    }],
                     len: 2
                 },
                 Bucket::Packed {
-                    items: vec![
-                        Item { tensor: 5, offset: 0, len: 9 },
-                    ],
+                    items: vec![Item {
+                        tensor: 5,
+                        offset: 0,
+                        len: 9
+                    },],
                     len: 9
                 },
                 Bucket::Packed {
-                    items: vec![Item { tensor: 6, offset: 0, len: 1 }],
+                    items: vec![Item {
+                        tensor: 6,
+                        offset: 0,
+                        len: 1
+                    }],
                     len: 1
                 },
             ]
@@ -180,6 +213,13 @@ mod tests {
         assert_eq!(d[0].dst, 5000);
         let mut u = Vec::new();
         pieces(1000, 5000, 2, false, &mut u);
-        assert_eq!(u, vec![CopyDesc { src: 5000, dst: 1000, bytes: 8 }]);
+        assert_eq!(
+            u,
+            vec![CopyDesc {
+                src: 5000,
+                dst: 1000,
+                bytes: 8
+            }]
+        );
     }
 }

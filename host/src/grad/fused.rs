@@ -175,7 +175,13 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
             for it in items {
                 let t = &tensors[it.tensor][u];
                 let a = self.comm.addr(u, t);
-                pieces(a, base + 4 * it.offset as u64, it.len, into_bucket, &mut descs);
+                pieces(
+                    a,
+                    base + 4 * it.offset as u64,
+                    it.len,
+                    into_bucket,
+                    &mut descs,
+                );
                 holds.push(C::hold(t));
             }
             copy_task(self.comm, u, qu, &descs, holds)?;
@@ -197,9 +203,16 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
             Precision::F16 => {
                 half_via::<C, half::f16>(self.comm, &mut self.half, addrs, holds, n, p, prescale, q)
             }
-            Precision::Bf16 => {
-                half_via::<C, half::bf16>(self.comm, &mut self.bhalf, addrs, holds, n, p, prescale, q)
-            }
+            Precision::Bf16 => half_via::<C, half::bf16>(
+                self.comm,
+                &mut self.bhalf,
+                addrs,
+                holds,
+                n,
+                p,
+                prescale,
+                q,
+            ),
         }
     }
 }
@@ -377,7 +390,10 @@ impl<'t, C: GradBackend> Session<'_, '_, 't, C> {
         let item = *self.packer.items().last().expect("just pushed");
         let tensor: &'t [C::Buf<f32>] = tensor;
         self.open.push(tensor);
-        let one = Item { tensor: self.open.len() - 1, ..item };
+        let one = Item {
+            tensor: self.open.len() - 1,
+            ..item
+        };
         g.pack(self.slot, &[one], &self.open, &copy, true)
     }
 

@@ -6,7 +6,7 @@
 //! dense instead, with one all-reduce.
 
 use super::backend::GradBackend;
-use super::bucket::{pieces, plan, Bucket};
+use super::bucket::{pieces, Item};
 use super::fused::copy_task;
 use super::{slot, GradSync, Slots, Sparsity};
 use crate::collectives::Region;
@@ -89,9 +89,18 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
                 self.check_residual(r, n)?;
             }
         }
-        let Some(Bucket::Packed { items, len }) = plan(&lens, usize::MAX).pop() else {
-            return Ok(SparseSent { pairs: 0, dense: false });
-        };
+        // Back to back, with no padding between tensors: a gap would be
+        // an element the selection could pick.
+        let mut items = Vec::with_capacity(lens.len());
+        let mut len = 0;
+        for (tensor, &n) in lens.iter().enumerate() {
+            items.push(Item {
+                tensor,
+                offset: len,
+                len: n,
+            });
+            len += n;
+        }
         if len as u64 >= u32::MAX as u64 {
             return Err(Error::SparseTooLong(len as u64));
         }
@@ -150,7 +159,7 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
     fn copy_list(
         &self,
         list: &[Vec<C::Buf<f32>>],
-        items: &[super::bucket::Item],
+        items: &[Item],
         base: &[u64],
         into: bool,
     ) -> Result<()> {
@@ -179,7 +188,10 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
         sparsity: Sparsity,
     ) -> Result<SparseSent> {
         if n == 0 {
-            return Ok(SparseSent { pairs: 0, dense: false });
+            return Ok(SparseSent {
+                pairs: 0,
+                dense: false,
+            });
         }
         let comm = self.comm;
         let own = self.own.clone();
@@ -314,7 +326,10 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
                 h.push(C::hold(&self.work.bufs[u].as_ref().expect("allocated").0));
                 copy_task(comm, u, q, &descs, h)?;
             }
-            return Ok(SparseSent { pairs: 0, dense: true });
+            return Ok(SparseSent {
+                pairs: 0,
+                dense: true,
+            });
         }
         let cap_n = cap as usize;
         for (u, q) in own.iter().enumerate() {
@@ -382,7 +397,10 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
                 unsafe { comm.run_task(u, q, t, h)? };
             }
         }
-        Ok(SparseSent { pairs: cap, dense: false })
+        Ok(SparseSent {
+            pairs: cap,
+            dense: false,
+        })
     }
 }
 

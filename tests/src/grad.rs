@@ -1,0 +1,304 @@
+//! Checks of the gradient layer, written once over `GradBackend` so the CPU
+//! execution (CI) and the GPU run the same ones. Each panics with what went
+//! wrong and returns how many elements it checked.
+
+use crate::data::Rng;
+use half::{bf16, f16};
+use ringreduce::grad::{GradBackend, Session};
+use ringreduce::reference::collective_by;
+use ringreduce::{Collective, Collectives, GradConfig, GradSync, Op, Precision, Sparsity};
+
+/// A tensor: one buffer per rank.
+pub type Tensor<C> = Vec<<C as Collectives>::Buf<f32>>;
+
+/// Integer values in `-m..=m` (exact sums), or with `frac` random fractions
+/// too (sums that round).
+pub fn values(rng: &mut Rng, n: usize, m: i64, frac: bool) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            let i = rng.below(2 * m as u64 + 1) as i64 - m;
+            let f = if frac {
+                (rng.below(1 << 20) as f32) / (1 << 20) as f32
+            } else {
+                0.0
+            };
+            i as f32 + f
+        })
+        .collect()
+}
+
+/// Uploads one tensor: `data[u]` on rank `u`.
+pub fn upload<C: GradBackend>(comm: &C, data: &[Vec<f32>]) -> Tensor<C> {
+    data.iter()
+        .enumerate()
+        .map(|(u, d)| comm.upload(u, d).unwrap())
+        .collect()
+}
+
+/// Every rank's contents of a tensor.
+pub fn download<C: GradBackend>(comm: &C, t: &Tensor<C>) -> Vec<Vec<f32>> {
+    t.iter()
+        .enumerate()
+        .map(|(u, b)| comm.download(u, b).unwrap())
+        .collect()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// A random list of `count` tensor lengths up to `max`, with empty and odd
+/// ones.
+pub fn lengths(rng: &mut Rng, count: usize, max: usize) -> Vec<usize> {
+    (0..count)
+        .map(|i| match i % 7 {
+            0 => 0,
+            1 => 1 + 2 * rng.below(8) as usize,
+            _ => rng.below(max as u64 + 1) as usize,
+        })
+        .collect()
+}
+
+/// The fused all-reduce of a random list, with a cap smaller than some
+/// tensors, against one all-reduce per tensor: bitwise equal. `frac` adds
+/// fractions, for backends whose fold order does not depend on place.
+pub fn fused_matches_per_tensor<C: GradBackend>(
+    comm: &C,
+    seed: u64,
+    count: usize,
+    max_len: usize,
+    cap_bytes: usize,
+    frac: bool,
+) -> usize {
+    let k = comm.k();
+    let mut rng = Rng(seed);
+    let lens = lengths(&mut rng, count, max_len);
+    let data: Vec<Vec<Vec<f32>>> = lens
+        .iter()
+        .map(|&n| (0..k).map(|_| values(&mut rng, n, 100, frac)).collect())
+        .collect();
+    let cfg = GradConfig {
+        bucket_bytes: cap_bytes,
+        ..GradConfig::default()
+    };
+    let mut g = GradSync::new(comm, cfg).unwrap();
+    let mut fused: Vec<Tensor<C>> = data.iter().map(|d| upload(comm, d)).collect();
+    g.fused_all_reduce(&mut fused).unwrap();
+    let mut single: Vec<Tensor<C>> = data.iter().map(|d| upload(comm, d)).collect();
+    for t in single.iter_mut() {
+        g.all_reduce(t).unwrap();
+    }
+    let mut checked = 0;
+    for (i, (f, s)) in fused.iter().zip(&single).enumerate() {
+        let (f, s) = (download(comm, f), download(comm, s));
+        for u in 0..k {
+            assert_eq!(
+                bits(&f[u]),
+                bits(&s[u]),
+                "tensor {i} (len {}) rank {u}",
+                lens[i]
+            );
+            checked += f[u].len();
+        }
+        if !frac && lens[i] > 0 {
+            // And they are the sums.
+            let want: Vec<f32> = (0..lens[i])
+                .map(|j| (0..k).map(|u| data[i][u][j] as f64).sum::<f64>() as f32)
+                .collect();
+            assert_eq!(f[0], want, "tensor {i}: not the sum");
+        }
+    }
+    checked
+}
+
+/// The streaming form: tensors pushed in reverse (backward) order, with a
+/// tensor larger than the cap among them, then `wait` on the communicator's
+/// own queues: equal to the whole-list form.
+pub fn session_matches_fused<C: GradBackend>(
+    comm: &C,
+    seed: u64,
+    count: usize,
+    cap_bytes: usize,
+) -> usize {
+    let k = comm.k();
+    let mut rng = Rng(seed);
+    let mut lens = lengths(&mut rng, count, cap_bytes / 4 * 3 / 2);
+    lens.push(cap_bytes / 4 + 3);
+    let data: Vec<Vec<Vec<f32>>> = lens
+        .iter()
+        .map(|&n| (0..k).map(|_| values(&mut rng, n, 100, false)).collect())
+        .collect();
+    let cfg = GradConfig {
+        bucket_bytes: cap_bytes,
+        ..GradConfig::default()
+    };
+    let mut g = GradSync::new(comm, cfg).unwrap();
+    let mut want: Vec<Tensor<C>> = data.iter().map(|d| upload(comm, d)).collect();
+    g.fused_all_reduce(&mut want).unwrap();
+    let mut got: Vec<Tensor<C>> = data.iter().map(|d| upload(comm, d)).collect();
+    {
+        let mut s: Session<'_, '_, '_, C> = g.session(comm.own_queues()).unwrap();
+        for t in got.iter_mut().rev() {
+            s.push(t).unwrap();
+        }
+        s.wait(&comm.own_queues()).unwrap();
+    }
+    let mut checked = 0;
+    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+        let (a, b) = (download(comm, a), download(comm, b));
+        assert_eq!(a, b, "tensor {i} (len {})", lens[i]);
+        checked += a.iter().map(Vec::len).sum::<usize>();
+    }
+    checked
+}
+
+/// The half-precision all-reduce against the reference: convert (after the
+/// division by `k` with `prescale`), reduce in half precision in the
+/// order the backend's algorithm folds, convert back. Bitwise.
+pub fn half_matches_reference<C: GradBackend>(
+    comm: &C,
+    seed: u64,
+    n: usize,
+    precision: Precision,
+    prescale: bool,
+) -> usize {
+    let k = comm.k();
+    let mut rng = Rng(seed);
+    // Large values too, so that an f16 sum can overflow.
+    let data: Vec<Vec<f32>> = (0..k)
+        .map(|_| {
+            let mut v = values(&mut rng, n, 3000, true);
+            for x in v.iter_mut().step_by(97) {
+                *x *= 30.0;
+            }
+            v
+        })
+        .collect();
+    let mut g = GradSync::new(comm, GradConfig::default()).unwrap();
+    let mut t = upload(comm, &data);
+    g.all_reduce_half(&mut t, precision, prescale).unwrap();
+    let got = download(comm, &t);
+    let div = if prescale { k as f32 } else { 1.0 };
+    let want: Vec<f32> = match precision {
+        Precision::F16 => {
+            let h: Vec<Vec<f16>> = data
+                .iter()
+                .map(|d| d.iter().map(|&x| f16::from_f32(x / div)).collect())
+                .collect();
+            let a = comm.algorithm_for::<f16>(Collective::AllReduce, n).unwrap();
+            let refs: Vec<&[f16]> = h.iter().map(Vec::as_slice).collect();
+            collective_by(Collective::AllReduce, a, &refs, comm.ring_order(), Op::Sum)[0]
+                .iter()
+                .map(|x| x.to_f32())
+                .collect()
+        }
+        Precision::Bf16 => {
+            let h: Vec<Vec<bf16>> = data
+                .iter()
+                .map(|d| d.iter().map(|&x| bf16::from_f32(x / div)).collect())
+                .collect();
+            let a = comm
+                .algorithm_for::<bf16>(Collective::AllReduce, n)
+                .unwrap();
+            let refs: Vec<&[bf16]> = h.iter().map(Vec::as_slice).collect();
+            collective_by(Collective::AllReduce, a, &refs, comm.ring_order(), Op::Sum)[0]
+                .iter()
+                .map(|x| x.to_f32())
+                .collect()
+        }
+    };
+    for (u, r) in got.iter().enumerate() {
+        assert_eq!(
+            bits(r),
+            bits(&want),
+            "{precision:?} prescale {prescale} rank {u}"
+        );
+    }
+    n * k
+}
+
+/// Indices a rank selects from `g'`: the reference of the kernels'
+/// selection, by a full sort (magnitude descending, index ascending).
+pub fn selected(gp: &[f32], s: Sparsity) -> Vec<bool> {
+    let mut sel = vec![false; gp.len()];
+    match s {
+        Sparsity::Threshold(t) => {
+            for (i, x) in gp.iter().enumerate() {
+                sel[i] = x.abs() >= t || x.is_nan();
+            }
+        }
+        Sparsity::TopK(f) => {
+            let kk = Sparsity::k_of(f, gp.len() as u64) as usize;
+            let mut idx: Vec<usize> = (0..gp.len()).collect();
+            let mag = |i: usize| gp[i].to_bits() & 0x7fff_ffff;
+            idx.sort_by(|&a, &b| mag(b).cmp(&mag(a)).then(a.cmp(&b)));
+            for &i in idx.iter().take(kk) {
+                sel[i] = true;
+            }
+        }
+    }
+    sel
+}
+
+/// The sparse all-reduce on integer-valued data, with and without a
+/// residual: the result is the dense sum of what each rank selected, and
+/// `sent + residual == g + old residual`. Returns elements checked.
+pub fn sparse_matches_selection<C: GradBackend>(
+    comm: &C,
+    seed: u64,
+    n: usize,
+    s: Sparsity,
+    with_residual: bool,
+    dense_above: f64,
+) -> usize {
+    let k = comm.k();
+    let mut rng = Rng(seed);
+    // Few distinct magnitudes, so that top-K cuts through ties.
+    let data: Vec<Vec<f32>> = (0..k).map(|_| values(&mut rng, n, 40, false)).collect();
+    let res: Vec<Vec<f32>> = (0..k).map(|_| values(&mut rng, n, 5, false)).collect();
+    let cfg = GradConfig {
+        dense_above,
+        ..GradConfig::default()
+    };
+    let mut g = GradSync::new(comm, cfg).unwrap();
+    let mut t = upload(comm, &data);
+    let mut r = upload(comm, &res);
+    let sent = if with_residual {
+        g.sparse_all_reduce(&mut t, s, Some(&mut r)).unwrap()
+    } else {
+        g.sparse_all_reduce(&mut t, s, None).unwrap()
+    };
+    let got = download(comm, &t);
+    let got_r = download(comm, &r);
+    let mut want = vec![0f32; n];
+    for u in 0..k {
+        let gp: Vec<f32> = (0..n)
+            .map(|i| data[u][i] + if with_residual { res[u][i] } else { 0.0 })
+            .collect();
+        let sel = selected(&gp, s);
+        for i in 0..n {
+            if sel[i] {
+                want[i] += gp[i];
+            }
+            if with_residual {
+                let sent_i = if sel[i] { gp[i] } else { 0.0 };
+                assert_eq!(
+                    sent_i + got_r[u][i],
+                    data[u][i] + res[u][i],
+                    "rank {u} element {i}: sent + residual"
+                );
+                assert_eq!(
+                    got_r[u][i],
+                    if sel[i] { 0.0 } else { gp[i] },
+                    "rank {u} residual {i}"
+                );
+            } else {
+                assert_eq!(got_r[u][i], res[u][i], "rank {u}: residual touched");
+            }
+        }
+    }
+    for (u, v) in got.iter().enumerate() {
+        assert_eq!(v, &want, "{s:?} rank {u} ({sent:?})");
+    }
+    n * k
+}
