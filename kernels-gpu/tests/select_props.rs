@@ -1,0 +1,125 @@
+//! Property tests of the sparse selection kernels against a full sort:
+//! top-K picks exactly the K largest magnitudes (negative values included,
+//! ties to the lower index), the pairs come in index order, padded, and the
+//! result does not depend on how many lanes run the tasks.
+
+use proptest::prelude::*;
+use ringreduce_kernels::abi::{tiles_for, SelectState, Task, TaskKind, PAD_INDEX, SELECT_PASSES};
+use ringreduce_kernels::device::Lanes;
+use ringreduce_kernels::grad::run_phase;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+struct Seq {
+    lane: u64,
+    lanes: u64,
+}
+
+unsafe impl Lanes for Seq {
+    fn lane(&self) -> u64 {
+        self.lane
+    }
+    fn lanes(&self) -> u64 {
+        self.lanes
+    }
+    unsafe fn atomic_add_u32(&self, p: *mut u32, v: u32) {
+        AtomicU32::from_ptr(p).fetch_add(v, Ordering::Relaxed);
+    }
+}
+
+/// Runs `t` as `lanes` lanes, phase by phase (one-block tasks too).
+fn run(t: Task, lanes: u64) {
+    let phases = TaskKind::from_u64(t.kind).unwrap().phases();
+    for p in 0..phases {
+        for lane in 0..lanes {
+            unsafe { run_phase(&Seq { lane, lanes }, &t, p) };
+        }
+    }
+}
+
+/// The top-`kk` (index, bits) pairs of `x` as the kernels write them,
+/// padded to `cap`.
+fn kernel_top_k(x: &[f32], kk: u64, cap: u64, lanes: u64) -> Vec<u64> {
+    let n = x.len() as u64;
+    let tiles = tiles_for(n);
+    let mut state: Box<SelectState> = Box::new(unsafe { std::mem::zeroed() });
+    let mut counts = vec![0u64; 2 * tiles as usize];
+    let mut pairs = vec![0u64; cap as usize];
+    let base = Task {
+        src: x.as_ptr() as u64,
+        state: &mut *state as *mut SelectState as u64,
+        aux: counts.as_mut_ptr() as u64,
+        n,
+        tiles,
+        ..Task::default()
+    };
+    let k = |kind: TaskKind, arg| Task {
+        kind: kind as u64,
+        arg,
+        ..base
+    };
+    run(k(TaskKind::SelectTopK, kk), lanes);
+    for p in 0..SELECT_PASSES {
+        run(k(TaskKind::Histogram, p), lanes);
+        run(k(TaskKind::PickDigit, p), lanes);
+    }
+    run(k(TaskKind::CountTiles, 0), lanes);
+    run(k(TaskKind::ScanTiles, 0), lanes);
+    run(
+        Task {
+            dst: pairs.as_mut_ptr() as u64,
+            ..k(TaskKind::WriteSelected, cap)
+        },
+        lanes,
+    );
+    assert_eq!(state.count, kk.min(n));
+    pairs
+}
+
+fn sorted_top_k(x: &[f32], kk: usize, cap: usize) -> Vec<u64> {
+    let mag = |i: usize| x[i].to_bits() & 0x7fff_ffff;
+    let mut idx: Vec<usize> = (0..x.len()).collect();
+    idx.sort_by(|&a, &b| mag(b).cmp(&mag(a)).then(a.cmp(&b)));
+    let mut pick: Vec<usize> = idx.into_iter().take(kk).collect();
+    pick.sort();
+    let mut out: Vec<u64> = pick
+        .into_iter()
+        .map(|i| i as u64 | ((x[i].to_bits() as u64) << 32))
+        .collect();
+    out.resize(cap, PAD_INDEX as u64);
+    out
+}
+
+fn values() -> impl Strategy<Value = Vec<f32>> {
+    prop_oneof![
+        // Few distinct values: many ties, both signs.
+        prop::collection::vec((-6i32..=6).prop_map(|v| v as f32 * 0.5), 1..3000),
+        // Any finite floats, with signed zeros and subnormals.
+        prop::collection::vec(
+            any::<u32>()
+                .prop_map(f32::from_bits)
+                .prop_filter("finite", |x| x.is_finite()),
+            1..3000
+        ),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn top_k_is_the_k_largest_magnitudes(x in values(), frac in 0.0001f64..=1.0, lanes in 1u64..9, extra in 0u64..4) {
+        let n = x.len() as u64;
+        let kk = ((frac * n as f64).ceil() as u64).clamp(1, n);
+        let cap = kk + extra;
+        let got = kernel_top_k(&x, kk, cap, lanes);
+        prop_assert_eq!(got, sorted_top_k(&x, kk as usize, cap as usize));
+    }
+}
+
+#[test]
+fn negative_values_are_picked_by_magnitude() {
+    let x = [1.0f32, -9.0, 3.0, -2.0, 9.0, 0.0];
+    let got = kernel_top_k(&x, 3, 3, 2);
+    let idx: Vec<u64> = got.iter().map(|p| p & 0xffff_ffff).collect();
+    assert_eq!(idx, vec![1, 2, 4]);
+}
