@@ -7,6 +7,7 @@ pub mod cli;
 pub mod clock;
 pub mod compare;
 pub mod exact;
+pub mod grad;
 pub mod metrics;
 pub mod nccl;
 pub mod plot;

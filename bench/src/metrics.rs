@@ -10,6 +10,12 @@ pub enum CollectiveArg {
     AllGather,
     AllReduce,
     All,
+    /// The gradient layer's fused all-reduce (`bench::grad`).
+    Fused,
+    /// Its half-precision all-reduce.
+    Half,
+    /// Its sparse all-reduce.
+    Sparse,
 }
 
 impl CollectiveArg {
@@ -20,13 +26,25 @@ impl CollectiveArg {
             CollectiveArg::AllGather => vec![Collective::AllGather],
             CollectiveArg::AllReduce => vec![Collective::AllReduce],
             CollectiveArg::All => Collective::ALL.to_vec(),
+            CollectiveArg::Fused | CollectiveArg::Half | CollectiveArg::Sparse => Vec::new(),
         }
+    }
+
+    /// Whether it names a row of the gradient layer.
+    pub fn is_grad(self) -> bool {
+        matches!(
+            self,
+            CollectiveArg::Fused | CollectiveArg::Half | CollectiveArg::Sparse
+        )
     }
 
     /// The name in the report: nccl-tests' for one collective, or "all".
     pub fn name(self) -> &'static str {
         match self {
             CollectiveArg::All => "all",
+            CollectiveArg::Fused => "fused",
+            CollectiveArg::Half => "half",
+            CollectiveArg::Sparse => "sparse",
             CollectiveArg::ReduceScatter => name(Collective::ReduceScatter),
             CollectiveArg::AllGather => name(Collective::AllGather),
             CollectiveArg::AllReduce => name(Collective::AllReduce),

@@ -180,6 +180,10 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         config = config.ring_order(ring.user_from_ring().to_vec());
     }
 
+    if args.collective.is_grad() {
+        return grad_main(args, argv, use_gpu, &sizes, &config);
+    }
+
     let mut report = Report {
         schema: SCHEMA_VERSION,
         tool: "ringreduce-bench".into(),
@@ -316,6 +320,54 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
 }
 
 /// `config` with algorithm `a` forced (`None`: as configured).
+/// The gradient layer's rows (see [`crate::grad`]): on the GPU the whole
+/// ResNet-50 list, on the CPU execution its first 40 tensors.
+fn grad_main(
+    args: &BenchArgs,
+    argv: Vec<String>,
+    use_gpu: bool,
+    sizes: &[u64],
+    config: &CommConfig,
+) -> Result<i32, String> {
+    let e = |e: ringreduce::Error| e.to_string();
+    let (rows, device) = if use_gpu {
+        let gpus = ringreduce::gpu::device_count().map_err(e)?;
+        let devices = placement(args.ranks, gpus);
+        let comm = Communicator::with_placement(&devices, config.clone()).map_err(e)?;
+        for u in 0..args.ranks {
+            // SAFETY: the bench synchronises its streams itself.
+            unsafe { comm.context(u).disable_event_tracking() };
+        }
+        let device = comm.context(0).name().map_err(|x| x.to_string())?;
+        let r = crate::grad::rows(&comm, args.collective, sizes, args.warmup, args.iters, 161)?;
+        (r, device)
+    } else {
+        let comm = CpuCommunicator::with_config(args.ranks, config.clone()).map_err(e)?;
+        let r = crate::grad::rows(&comm, args.collective, sizes, args.warmup, args.iters, 40)?;
+        (r, "CPU execution".to_string())
+    };
+    let mut report =
+        crate::grad::report(argv, use_gpu, device, args.ranks, args.iters, args.warmup);
+    println!(
+        "# ringreduce {} {}: nRanks {} iters {} warmup {} on {}",
+        env!("CARGO_PKG_VERSION"),
+        args.collective.name(),
+        args.ranks,
+        args.iters,
+        args.warmup,
+        report.device
+    );
+    print!("{}", crate::grad::table(&rows.0, rows.1));
+    report.rows = rows.0;
+    report.break_even_density = rows.1;
+    if let Some(p) = &args.json {
+        let s = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        std::fs::write(p, s).map_err(|e| format!("{}: {e}", p.display()))?;
+        println!("# JSON written to {}", p.display());
+    }
+    Ok(0)
+}
+
 fn with_algo(config: &CommConfig, a: Option<Algo>) -> CommConfig {
     match a {
         Some(a) => config.clone().algorithm(a),

@@ -302,3 +302,41 @@ pub fn sparse_matches_selection<C: GradBackend>(
     }
     n * k
 }
+
+/// The half-precision and sparse results of fixed inputs (`k` ranks of
+/// `n`), for comparing two backends bit for bit.
+pub fn results<C: GradBackend>(comm: &C, n: usize) -> Vec<Vec<f32>> {
+    let k = comm.k();
+    let mut rng = Rng(77);
+    let data: Vec<Vec<f32>> = (0..k).map(|_| values(&mut rng, n, 1000, true)).collect();
+    let mut g = GradSync::new(comm, GradConfig::default()).unwrap();
+    let mut out = Vec::new();
+    for p in [Precision::F16, Precision::Bf16] {
+        let mut t = upload(comm, &data);
+        g.all_reduce_half(&mut t, p, true).unwrap();
+        out.push(download(comm, &t).concat());
+    }
+    for s in [Sparsity::TopK(0.01), Sparsity::Threshold(900.0)] {
+        let mut t = upload(comm, &data);
+        let mut r = upload(comm, &data);
+        g.sparse_all_reduce(&mut t, s, Some(&mut r)).unwrap();
+        out.push(download(comm, &t).concat());
+        out.push(download(comm, &r).concat());
+    }
+    let mut list: Vec<Tensor<C>> = [n / 3, 0, n - n / 3]
+        .iter()
+        .map(|&m| {
+            upload(
+                comm,
+                &data.iter().map(|d| d[..m].to_vec()).collect::<Vec<_>>(),
+            )
+        })
+        .collect();
+    g.fused_all_reduce(&mut list).unwrap();
+    out.push(
+        list.iter()
+            .flat_map(|t| download(comm, t).concat())
+            .collect(),
+    );
+    out
+}

@@ -183,3 +183,19 @@ fn bad_input_is_a_typed_error_and_touches_nothing() {
     s.wait(&comm.own_queues()).unwrap();
     assert!(unchanged(&t));
 }
+
+/// The CPU execution's own results are deterministic run to run (the GPU
+/// test compares the same `results` against the GPU's).
+#[test]
+fn results_are_deterministic() {
+    let comm = CpuCommunicator::new(3).unwrap();
+    let a = ringreduce_tests::grad::results(&comm, 5003);
+    let b = ringreduce_tests::grad::results(&comm, 5003);
+    assert_eq!(a.len(), 7);
+    let bits = |v: &Vec<Vec<f32>>| -> Vec<Vec<u32>> {
+        v.iter()
+            .map(|x| x.iter().map(|f| f.to_bits()).collect())
+            .collect()
+    };
+    assert_eq!(bits(&a), bits(&b));
+}

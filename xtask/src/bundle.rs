@@ -40,9 +40,11 @@ pub fn build_tools(root: &Path, target: &Path, profile: Profile) -> PathBuf {
 }
 
 /// The test binaries the suite runs, by target name.
-const SUITE_TESTS: [&str; 6] = [
+const SUITE_TESTS: [&str; 8] = [
     "gpu",
     "gpu_faults",
+    "gpu_grad",
+    "grad",
     "cpu_matrix",
     "cpu_back_to_back",
     "faults",

@@ -49,6 +49,14 @@ enum Job {
     Tests,
     /// Missing rank, abort, lost signal, poisoned inputs, bad input.
     Faults,
+    /// The gradient layer (`ringreduce::grad`).
+    Grad,
+    /// The gradient layer's bench rows: common flags, then GPU or CPU sizes.
+    GradBench {
+        common: &'static str,
+        gpu: &'static str,
+        cpu: &'static str,
+    },
     /// compute-sanitizer's memcheck, racecheck and synccheck.
     Sanitize,
     /// Thousands of mixed collectives on `k` ranks with no host sync.
@@ -96,6 +104,13 @@ pub fn all() -> Vec<Part> {
             est_s: (25, 5),
             cap_s: 300,
             job: Job::Faults,
+        },
+        Part {
+            name: "grad",
+            about: "the gradient layer: fused against per-tensor, the streaming session and its stream order, half precision against its reference, sparse against a sort-based selection, results identical to the CPU execution",
+            est_s: (60, 10),
+            cap_s: 600,
+            job: Job::Grad,
         },
         Part {
             name: "sanitize",
@@ -256,6 +271,39 @@ pub fn all() -> Vec<Part> {
             150,
         ),
         Part {
+            name: "grad-fused-k8",
+            about: "the gradient layer: ResNet-50's 161 gradients fused (and streamed) against one all-reduce per tensor, k = 8",
+            est_s: (40, 10),
+            cap_s: 600,
+            job: Job::GradBench {
+                common: "-g 8 --collective fused",
+                gpu: "-n 10 -w 3",
+                cpu: "-n 1 -w 1",
+            },
+        },
+        Part {
+            name: "grad-half-k8",
+            about: "the gradient layer: f16 and bf16 all-reduce of 256 MiB of f32 against the f32 all-reduce, k = 8",
+            est_s: (40, 5),
+            cap_s: 600,
+            job: Job::GradBench {
+                common: "-g 8 --collective half",
+                gpu: "-b 256M -e 256M -n 10 -w 3",
+                cpu: "-b 64K -e 64K -n 1 -w 1",
+            },
+        },
+        Part {
+            name: "grad-sparse-k8",
+            about: "the gradient layer: top-K at 0.1% to 20% of 256 MiB of f32 against the dense all-reduce, and the break-even density, k = 8",
+            est_s: (90, 10),
+            cap_s: 600,
+            job: Job::GradBench {
+                common: "-g 8 --collective sparse",
+                gpu: "-b 256M -e 256M -n 5 -w 2",
+                cpu: "-b 64K -e 64K -n 1 -w 1",
+            },
+        },
+        Part {
             name: "soak-k8",
             about: "the soak at k = 8",
             est_s: (170, 5),
@@ -290,6 +338,10 @@ impl Part {
         let (status, figure, logs) = match &self.job {
             Job::Tests => self.tests(ctx, limit, tests_runs(ctx.cpu)),
             Job::Faults => self.tests(ctx, limit, faults_runs(ctx.cpu)),
+            Job::Grad => self.tests(ctx, limit, grad_runs(ctx.cpu)),
+            Job::GradBench { common, gpu, cpu } => {
+                self.grad_bench(ctx, limit, common, if ctx.cpu { cpu } else { gpu })
+            }
             Job::Soak(k) => self.tests(ctx, limit, soak_runs(ctx.cpu, *k)),
             Job::Sanitize => sanitize(ctx, limit),
             Job::Sweep { common, gpu, cpu } => {
@@ -360,6 +412,48 @@ impl Part {
     }
 }
 
+impl Part {
+    /// A gradient-layer bench run, judged from its JSON.
+    fn grad_bench(
+        &self,
+        ctx: &Ctx,
+        limit: Duration,
+        common: &str,
+        sizes: &str,
+    ) -> (Status, String, Vec<String>) {
+        let log = ctx.log(self.name);
+        let json = ctx.out.join(format!("{}.json", self.name));
+        let mut c = Command::new(ctx.bin_dir.join("ringreduce-bench"));
+        c.args(common.split_whitespace())
+            .args(sizes.split_whitespace())
+            .arg("-J")
+            .arg(&json);
+        if ctx.cpu {
+            c.arg("--cpu");
+        }
+        let (e, _) = run_logged(c, &log, limit);
+        let files = vec![file_name(&log), file_name(&json)];
+        let report = std::fs::read_to_string(&json)
+            .ok()
+            .and_then(|t| serde_json::from_str::<crate::grad::GradReport>(&t).ok());
+        let (s, f) = match (&e, report) {
+            (Ended::NotStarted(why), _) => (Status::Fail, format!("not started: {why}")),
+            (Ended::TimedOut, _) => (Status::TimedOut, "killed at its time limit".into()),
+            (Ended::Exited(s), _) if !s.success() => {
+                (Status::Fail, format!("the bench exited with {s}"))
+            }
+            (_, None) => (Status::Fail, "no JSON report".into()),
+            (_, Some(r)) if !ctx.cpu && r.execution != "gpu" => (
+                Status::Skipped,
+                "skipped: no GPU (the bench ran on the CPU execution)".into(),
+            ),
+            (_, Some(r)) if r.rows.is_empty() => (Status::Fail, "no rows".into()),
+            (_, Some(r)) => (Status::Pass, crate::grad::summary(&r)),
+        };
+        (s, f, files)
+    }
+}
+
 fn tests_runs(cpu: bool) -> Vec<TestRun> {
     if cpu {
         vec![
@@ -389,6 +483,14 @@ fn faults_runs(cpu: bool) -> Vec<TestRun> {
                 "gpu_sanitize",
             ],
         )]
+    }
+}
+
+fn grad_runs(cpu: bool) -> Vec<TestRun> {
+    if cpu {
+        vec![run("grad", &["--nocapture"])]
+    } else {
+        vec![run("gpu_grad", &["--nocapture", "--test-threads=1"])]
     }
 }
 
@@ -638,7 +740,13 @@ mod tests {
     fn every_sweep_command_line_parses() {
         use clap::Parser;
         for p in all() {
-            if let Job::Sweep { common, gpu, cpu } = p.job {
+            let (common, gpu, cpu) = match p.job {
+                Job::Sweep { common, gpu, cpu } | Job::GradBench { common, gpu, cpu } => {
+                    (common, gpu, cpu)
+                }
+                _ => continue,
+            };
+            {
                 for sizes in [gpu, cpu] {
                     let argv = std::iter::once("ringreduce-bench")
                         .chain(common.split_whitespace())

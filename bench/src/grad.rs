@@ -1,0 +1,299 @@
+//! The gradient layer's rows (`--collective fused|half|sparse`): each
+//! timed against its baseline in the same run, the ratio reported as
+//! `speedup`.
+//! - fused: ResNet-50's 161 gradients (`bench/data/resnet50_grads.tsv`),
+//!   one fused all-reduce with the default 25 MiB buckets, and the
+//!   streaming form (pushed in backward order, then `wait`), against one
+//!   all-reduce per tensor;
+//! - half: the f16 and bf16 all-reduce of `f32` data, conversions
+//!   included, against the `f32` all-reduce of the same data;
+//! - sparse: top-K at a sweep of densities, against the dense `f32`
+//!   all-reduce, and the break-even density.
+
+use crate::metrics::CollectiveArg;
+use crate::report::now_iso;
+use ringreduce::grad::GradBackend;
+use ringreduce::{GradConfig, GradSync, Precision, Sparsity};
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+/// ResNet-50's gradient lengths, in `named_parameters()` order.
+pub fn resnet50() -> Vec<usize> {
+    include_str!("../data/resnet50_grads.tsv")
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.split('\t').nth(2)?.parse().ok())
+        .collect()
+}
+
+/// Densities of the sparse sweep.
+pub const DENSITIES: [f64; 8] = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2];
+
+/// One row of the table and the JSON.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GradRow {
+    pub collective: String,
+    pub variant: String,
+    /// Bytes of `f32` gradients per rank.
+    pub size: u64,
+    pub count: u64,
+    pub time_us: f64,
+    pub baseline: String,
+    pub baseline_us: f64,
+    /// `baseline_us / time_us`.
+    pub speedup: f64,
+}
+
+/// The JSON of a gradient-layer run.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct GradReport {
+    pub tool: String,
+    pub command_line: Vec<String>,
+    pub date: String,
+    pub execution: String,
+    pub device: String,
+    pub ranks: usize,
+    pub iters: usize,
+    pub warmup: usize,
+    pub rows: Vec<GradRow>,
+    /// The lowest density of the sweep at which sparse was no faster than
+    /// dense, if any.
+    pub break_even_density: Option<f64>,
+}
+
+/// Mean time of one `f` over `iters` back-to-back calls, after `warmup`,
+/// in microseconds (the backend synchronised before and after).
+fn time<C: GradBackend>(
+    comm: &C,
+    warmup: usize,
+    iters: usize,
+    mut f: impl FnMut() -> ringreduce::Result<()>,
+) -> Result<f64, String> {
+    let e = |e: ringreduce::Error| e.to_string();
+    for _ in 0..warmup {
+        f().map_err(e)?;
+    }
+    comm.synchronize().map_err(e)?;
+    let t0 = Instant::now();
+    for _ in 0..iters {
+        f().map_err(e)?;
+    }
+    comm.synchronize().map_err(e)?;
+    Ok(t0.elapsed().as_secs_f64() * 1e6 / iters.max(1) as f64)
+}
+
+fn tensor<C: GradBackend>(comm: &C, n: usize, seed: u32) -> Result<Vec<C::Buf<f32>>, String> {
+    (0..comm.k())
+        .map(|u| {
+            let v: Vec<f32> = (0..n)
+                .map(|i| ((i as u32 ^ seed ^ (u as u32 * 7919)) % 61) as f32 - 30.0)
+                .collect();
+            comm.upload(u, &v).map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+fn row(c: &str, variant: &str, count: usize, t: f64, base: &str, b: f64) -> GradRow {
+    GradRow {
+        collective: c.into(),
+        variant: variant.into(),
+        size: 4 * count as u64,
+        count: count as u64,
+        time_us: t,
+        baseline: base.into(),
+        baseline_us: b,
+        speedup: b / t,
+    }
+}
+
+/// The rows of `which` on `comm`, at `sizes` (bytes per rank; fused uses
+/// the ResNet-50 list, its first `fused_tensors` tensors).
+pub fn rows<C: GradBackend>(
+    comm: &C,
+    which: CollectiveArg,
+    sizes: &[u64],
+    warmup: usize,
+    iters: usize,
+    fused_tensors: usize,
+) -> Result<(Vec<GradRow>, Option<f64>), String> {
+    let e = |e: ringreduce::Error| e.to_string();
+    let avg = GradConfig {
+        average: true,
+        ..GradConfig::default()
+    };
+    let mut g = GradSync::new(comm, avg.clone()).map_err(e)?;
+    let mut out = Vec::new();
+    let mut break_even = None;
+    match which {
+        CollectiveArg::Fused => {
+            let lens: Vec<usize> = resnet50().into_iter().take(fused_tensors).collect();
+            let total: usize = lens.iter().sum();
+            let mut list = Vec::new();
+            for (i, &n) in lens.iter().enumerate() {
+                list.push(tensor(comm, n, i as u32)?);
+            }
+            let base = time(comm, warmup, iters, || {
+                list.iter_mut().try_for_each(|t| g.all_reduce(t))
+            })?;
+            let fused = time(comm, warmup, iters, || g.fused_all_reduce(&mut list))?;
+            let own = comm.own_queues();
+            let stream = time(comm, warmup, iters, || {
+                let mut s = g.session(own.clone())?;
+                for t in list.iter_mut().rev() {
+                    s.push(t)?;
+                }
+                s.wait(&own)
+            })?;
+            let what = format!("resnet50 x{}", lens.len());
+            out.push(row("fused", &what, total, fused, "per-tensor", base));
+            out.push(row(
+                "fused",
+                &format!("{what} stream"),
+                total,
+                stream,
+                "per-tensor",
+                base,
+            ));
+        }
+        CollectiveArg::Half => {
+            for &s in sizes {
+                let n = (s / 4) as usize;
+                let mut t = tensor(comm, n, 1)?;
+                let base = time(comm, warmup, iters, || g.all_reduce(&mut t))?;
+                for (p, name) in [(Precision::F16, "f16"), (Precision::Bf16, "bf16")] {
+                    let h = time(comm, warmup, iters, || g.all_reduce_half(&mut t, p, true))?;
+                    out.push(row("half", name, n, h, "f32 all-reduce", base));
+                }
+            }
+        }
+        CollectiveArg::Sparse => {
+            for &s in sizes {
+                let n = (s / 4) as usize;
+                let mut t = tensor(comm, n, 2)?;
+                let mut r = tensor(comm, n, 3)?;
+                let base = time(comm, warmup, iters, || g.all_reduce(&mut t))?;
+                // Sparse forced at every density, to find the break-even.
+                let mut sg = GradSync::new(
+                    comm,
+                    GradConfig {
+                        dense_above: 1.0,
+                        ..avg.clone()
+                    },
+                )
+                .map_err(e)?;
+                for d in DENSITIES {
+                    let sp = time(comm, warmup, iters, || {
+                        sg.sparse_all_reduce(&mut t, Sparsity::TopK(d), Some(&mut r))
+                            .map(|_| ())
+                    })?;
+                    if sp >= base && break_even.is_none() {
+                        break_even = Some(d);
+                    }
+                    let name = format!("top-k {}%", d * 100.0);
+                    out.push(row("sparse", &name, n, sp, "f32 all-reduce", base));
+                }
+            }
+        }
+        _ => return Err("not a gradient-layer collective".into()),
+    }
+    Ok((out, break_even))
+}
+
+/// The table, in the bench's column style.
+pub fn table(rows: &[GradRow], break_even: Option<f64>) -> String {
+    let mut s = format!(
+        "#{:>11} {:>22} {:>12} {:>10} {:>11} {:>16} {:>11} {:>8}\n",
+        "collective", "variant", "size(B)", "count", "time(us)", "baseline", "base(us)", "speedup"
+    );
+    for r in rows {
+        s += &format!(
+            " {:>11} {:>22} {:>12} {:>10} {:>11.2} {:>16} {:>11.2} {:>8.3}\n",
+            r.collective,
+            r.variant,
+            r.size,
+            r.count,
+            r.time_us,
+            r.baseline,
+            r.baseline_us,
+            r.speedup
+        );
+    }
+    if rows.iter().any(|r| r.collective == "sparse") {
+        s += &match break_even {
+            Some(d) => format!(
+                "# Sparse break-even: from {}% of the elements on, top-K was no faster than the dense all-reduce\n",
+                d * 100.0
+            ),
+            None => "# Sparse break-even: top-K was faster than dense at every density swept\n".into(),
+        };
+    }
+    s
+}
+
+/// A report with the run's header fields.
+pub fn report(
+    argv: Vec<String>,
+    gpu: bool,
+    device: String,
+    ranks: usize,
+    iters: usize,
+    warmup: usize,
+) -> GradReport {
+    GradReport {
+        tool: "ringreduce-bench".into(),
+        command_line: argv,
+        date: now_iso(),
+        execution: if gpu { "gpu" } else { "cpu" }.into(),
+        device,
+        ranks,
+        iters,
+        warmup,
+        rows: Vec::new(),
+        break_even_density: None,
+    }
+}
+
+/// The suite's judgement of a run: it passed if the bench exited well
+/// and wrote rows; the key figure is each row's speedup.
+pub fn summary(r: &GradReport) -> String {
+    let mut parts: Vec<String> = r
+        .rows
+        .iter()
+        .take(6)
+        .map(|x| format!("{} {} {:.2}x", x.collective, x.variant, x.speedup))
+        .collect();
+    if r.rows.len() > 6 {
+        parts.push(format!("… {} rows", r.rows.len()));
+    }
+    parts.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resnet50_has_its_published_shape_count() {
+        let l = resnet50();
+        assert_eq!(l.len(), 161);
+        assert_eq!(l.iter().sum::<usize>(), 25_557_032);
+    }
+
+    #[test]
+    fn the_cpu_rows_carry_their_speedup() {
+        let comm = ringreduce::CpuCommunicator::new(2).unwrap();
+        for which in [
+            CollectiveArg::Fused,
+            CollectiveArg::Half,
+            CollectiveArg::Sparse,
+        ] {
+            let (rows, _) = rows(&comm, which, &[4096], 0, 1, 12).unwrap();
+            assert!(!rows.is_empty());
+            for r in &rows {
+                assert!(r.time_us > 0.0 && r.baseline_us > 0.0);
+                assert!((r.speedup - r.baseline_us / r.time_us).abs() < 1e-9);
+            }
+        }
+        assert!(table(&[], None).starts_with('#'));
+    }
+}
