@@ -80,6 +80,12 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
                 k,
             });
         }
+        // The buckets may still be in use by calls queued on the own
+        // queues: the session's queues start after them.
+        for u in 0..k {
+            self.comm.order(&self.copy[u], &self.own[u])?;
+            self.comm.order(&self.net[u], &self.own[u])?;
+        }
         Ok(Session {
             g: self,
             producers,
@@ -424,6 +430,8 @@ impl<'t, C: GradBackend> Session<'_, '_, 't, C> {
         for (u, q) in queues.iter().enumerate() {
             g.comm.order(q, &g.net[u])?;
             g.comm.order(q, &g.copy[u])?;
+            // Later calls on the own queues reuse the buckets.
+            g.comm.order(&g.own[u], &g.net[u])?;
         }
         Ok(())
     }
