@@ -43,8 +43,23 @@ pub fn download<C: GradBackend>(comm: &C, t: &Tensor<C>) -> Vec<Vec<f32>> {
         .collect()
 }
 
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
+/// Panics at the first element whose bits differ, naming it (a whole
+/// tensor in the message would be megabytes of log). With `nan_class`,
+/// any two NaNs agree: a NaN's sign and payload are not specified, and the
+/// GPU gives its canonical NaN where the host's reference gives another.
+fn assert_bits(got: &[f32], want: &[f32], nan_class: bool, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let same =
+        |a: f32, b: f32| a.to_bits() == b.to_bits() || (nan_class && a.is_nan() && b.is_nan());
+    if let Some(i) = (0..got.len()).find(|&i| !same(got[i], want[i])) {
+        panic!(
+            "{what}: element {i} is {} ({:#010x}), expected {} ({:#010x})",
+            got[i],
+            got[i].to_bits(),
+            want[i],
+            want[i].to_bits()
+        );
+    }
 }
 
 /// A random list of `count` tensor lengths up to `max`, with empty and odd
@@ -92,12 +107,8 @@ pub fn fused_matches_per_tensor<C: GradBackend>(
     for (i, (f, s)) in fused.iter().zip(&single).enumerate() {
         let (f, s) = (download(comm, f), download(comm, s));
         for u in 0..k {
-            assert_eq!(
-                bits(&f[u]),
-                bits(&s[u]),
-                "tensor {i} (len {}) rank {u}",
-                lens[i]
-            );
+            let what = format!("tensor {i} (len {}) rank {u}", lens[i]);
+            assert_bits(&f[u], &s[u], false, &what);
             checked += f[u].len();
         }
         if !frac && lens[i] > 0 {
@@ -208,11 +219,8 @@ pub fn half_matches_reference<C: GradBackend>(
         }
     };
     for (u, r) in got.iter().enumerate() {
-        assert_eq!(
-            bits(r),
-            bits(&want),
-            "{precision:?} prescale {prescale} rank {u}"
-        );
+        let what = format!("{precision:?} prescale {prescale} rank {u}");
+        assert_bits(r, &want, true, &what);
     }
     n * k
 }

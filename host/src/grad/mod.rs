@@ -20,6 +20,36 @@
 //! The ring folds each block starting at a different rank, so with it a
 //! packed element can differ from the unpacked one in its last bits, as
 //! with NCCL and PyTorch DDP's buckets.
+//!
+//! A training step, on the CPU execution (the GPU communicator is the same):
+//!
+//! ```rust
+//! use ringreduce::{CpuCommunicator, GradConfig, GradSync, HostBuffer, Precision, Sparsity};
+//! use ringreduce::grad::GradBackend;
+//! let k = 4;
+//! let comm = CpuCommunicator::new(k)?;
+//! let mut grads = GradSync::new(&comm, GradConfig::default())?; // 25 MiB buckets
+//! let tensor = |n: usize| -> Vec<HostBuffer<f32>> {
+//!     (0..k).map(|u| HostBuffer::from_slice(&vec![u as f32; n])).collect()
+//! };
+//! let mut layers = vec![tensor(1000), tensor(10), tensor(300_000)];
+//!
+//! // One step: as the backward pass produces each gradient (last layer
+//! // first), push it; a full bucket is all-reduced while packing goes on.
+//! let mut step = grads.session(comm.own_queues())?;
+//! for g in layers.iter_mut().rev() {
+//!     step.push(g)?;
+//! }
+//! step.wait(&comm.own_queues())?; // those queues now see every result
+//! assert_eq!(layers[1][0].to_vec(), vec![6.0; 10]); // 0 + 1 + 2 + 3
+//!
+//! // The same in half precision, each divided by k first (an average).
+//! grads.fused_all_reduce_half(&mut layers, Precision::Bf16, true)?;
+//! // Top-1% sparse with error feedback: what is not sent stays in `residual`.
+//! let mut residual = tensor(300_000);
+//! grads.sparse_all_reduce(&mut layers[2], Sparsity::TopK(0.01), Some(&mut residual))?;
+//! # Ok::<(), ringreduce::Error>(())
+//! ```
 
 mod backend;
 pub mod bucket;
