@@ -29,9 +29,9 @@ pub unsafe fn run<L: Lanes>(g: &L, t: &Task) {
     let mut d = me;
     while d < t.n {
         let c = descs.add(d as usize).read();
-        if (c.src | c.dst | c.bytes) % 16 == 0 {
+        if (c.src | c.dst | c.bytes).is_multiple_of(16) {
             strided::<Pack>(c, sub, group);
-        } else if (c.src | c.dst | c.bytes) % 4 == 0 {
+        } else if (c.src | c.dst | c.bytes).is_multiple_of(4) {
             strided::<u32>(c, sub, group);
         } else {
             strided::<u8>(c, sub, group);
