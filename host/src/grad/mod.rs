@@ -1,11 +1,12 @@
-//! Gradient synchronisation over any [`Collectives`] backend, after Apache
-//! SINGA's communicator: a plain all-reduce of one tensor, a fused
+//! Gradient synchronisation over any [`Collectives`](crate::Collectives)
+//! backend, after Apache SINGA's communicator: a plain all-reduce of one tensor, a fused
 //! all-reduce of many through buckets (with a streaming form that overlaps
 //! the backward pass), a half-precision all-reduce of `f32` gradients, and a
 //! sparse all-reduce by threshold or top-K with error feedback.
 //!
 //! A *tensor* here is one buffer per rank (`Vec<C::Buf<f32>>`, user rank
-//! order), as every call of a [`Collectives`] backend takes all ranks.
+//! order), as every call of a [`Collectives`](crate::Collectives) backend
+//! takes all ranks.
 //! Every call is queued on the communicator's own queues (its streams) and
 //! returns without waiting, like a collective; read results through the
 //! backend (`download`, `read`), which waits for them. The streaming
