@@ -176,21 +176,8 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
         for (u, qu) in q.iter().enumerate() {
             let bucket = slot(self.comm, &mut self.buckets[b], u, qu, cap)?;
             let base = self.comm.addr(u, bucket);
-            let mut holds = vec![C::hold(bucket)];
-            let mut descs = Vec::new();
-            for it in items {
-                let t = &tensors[it.tensor][u];
-                let a = self.comm.addr(u, t);
-                pieces(
-                    a,
-                    base + 4 * it.offset as u64,
-                    it.len,
-                    into_bucket,
-                    &mut descs,
-                );
-                holds.push(C::hold(t));
-            }
-            copy_task(self.comm, u, qu, &descs, holds)?;
+            let holds = vec![C::hold(bucket)];
+            copy_items(self.comm, u, qu, tensors, items, base, into_bucket, holds)?;
         }
         Ok(())
     }
@@ -250,6 +237,30 @@ fn reduce_plain<C: GradBackend>(
         })
         .collect();
     comm.collective_on(Collective::AllReduce, &mut regions, op, q)
+}
+
+/// One batched copy on rank `u`'s queue between `items` of `tensors` and
+/// the packed buffer at `base` (into it with `into`, out of it otherwise),
+/// keeping `holds` and the tensors alive until it has run.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn copy_items<C: GradBackend, L: AsRef<[C::Buf<f32>]>>(
+    comm: &C,
+    u: usize,
+    q: &C::Queue,
+    tensors: &[L],
+    items: &[Item],
+    base: u64,
+    into: bool,
+    mut holds: Vec<C::Hold>,
+) -> Result<()> {
+    let mut descs = Vec::new();
+    for it in items {
+        let t = &tensors[it.tensor].as_ref()[u];
+        let at = base + 4 * it.offset as u64;
+        pieces(comm.addr(u, t), at, it.len, into, &mut descs);
+        holds.push(C::hold(t));
+    }
+    copy_task(comm, u, q, &descs, holds)
 }
 
 /// One batched copy of `descs` on rank `u`'s queue.

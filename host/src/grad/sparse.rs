@@ -7,7 +7,7 @@
 
 use super::backend::GradBackend;
 use super::bucket::{pieces, Item};
-use super::fused::copy_task;
+use super::fused::{copy_items, copy_task};
 use super::{slot, GradSync, Slots, Sparsity};
 use crate::collectives::Region;
 use crate::error::{Error, Result};
@@ -164,15 +164,7 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
         into: bool,
     ) -> Result<()> {
         for (u, q) in self.own.iter().enumerate() {
-            let mut descs = Vec::new();
-            let mut holds = Vec::new();
-            for it in items {
-                let t = &list[it.tensor][u];
-                let a = self.comm.addr(u, t);
-                pieces(a, base[u] + 4 * it.offset as u64, it.len, into, &mut descs);
-                holds.push(C::hold(t));
-            }
-            copy_task(self.comm, u, q, &descs, holds)?;
+            copy_items(self.comm, u, q, list, items, base[u], into, Vec::new())?;
         }
         Ok(())
     }
