@@ -1,5 +1,7 @@
 //! What the ring algorithm needs from the machine it runs on.
 
+use crate::abi::SELECT_BINS;
+
 /// How far a flag store or acquire must reach. Ranks that share one GPU
 /// need only its L2 ([`Scope::Gpu`]); a peer on another GPU or the host needs
 /// [`Scope::Sys`]. The narrower scope is cheaper because the control lane's
@@ -101,21 +103,73 @@ pub unsafe trait Device {
 }
 
 /// What the gradient layer's data-parallel tasks need from the machine:
-/// a lane among all lanes of the launch, a barrier of one block, and an
-/// atomic add for histograms. The GPU maps a lane to a thread of the grid;
-/// the CPU execution runs the lanes one after another.
+/// a lane among all lanes of the launch, and a histogram private to the
+/// lane's block, so that hot bins cost a block-local add and not one
+/// contended global atomic per element. The GPU maps a lane to a thread
+/// of the grid and the private histogram to shared memory; the CPU
+/// execution runs the lanes one after another, each its own block.
 ///
 /// # Safety
-/// `barrier` must order memory among the lanes of a one-block launch, and
-/// `atomic_add_u32` must not lose updates.
+/// `hist_flush` must add every count of the block exactly once, and the
+/// adds to the global bins must not lose updates.
 pub unsafe trait Lanes {
     /// This lane, in `0..lanes()`.
     fn lane(&self) -> u64;
     /// Lanes of the launch.
     fn lanes(&self) -> u64;
-    /// Relaxed `*p += v`, atomic among all lanes.
+    /// Zeroes the block's private histogram of [`SELECT_BINS`] bins.
     ///
     /// # Safety
-    /// `p` must be valid and 4-byte aligned.
-    unsafe fn atomic_add_u32(&self, p: *mut u32, v: u32);
+    /// Every lane of the launch calls `hist_begin`, then `hist_count` the
+    /// same number of times as every other lane (the GPU aggregates a
+    /// warp's counts), then `hist_flush`, with nothing else in between.
+    unsafe fn hist_begin(&self);
+    /// Counts one element in bin `bin`, or nothing for [`NO_BIN`].
+    ///
+    /// # Safety
+    /// As for [`hist_begin`](Self::hist_begin); `bin < SELECT_BINS` or
+    /// `NO_BIN`.
+    unsafe fn hist_count(&self, bin: u32);
+    /// Adds the block's private histogram to the global bins at `global`.
+    ///
+    /// # Safety
+    /// As for [`hist_begin`](Self::hist_begin); `global` must hold
+    /// [`SELECT_BINS`] 4-byte-aligned counts.
+    unsafe fn hist_flush(&self, global: *mut u32);
+}
+
+/// The bin of an element a histogram does not count.
+pub const NO_BIN: u32 = u32::MAX;
+
+/// The private histogram of an execution whose lanes run one after
+/// another (each lane is its own block): counts in a cell, added to the
+/// global bins at the flush.
+pub struct SeqHist(core::cell::UnsafeCell<[u32; SELECT_BINS]>);
+
+impl Default for SeqHist {
+    fn default() -> Self {
+        SeqHist(core::cell::UnsafeCell::new([0; SELECT_BINS]))
+    }
+}
+
+impl SeqHist {
+    pub fn begin(&self) {
+        // SAFETY: no reference into the cell outlives a method call.
+        unsafe { *self.0.get() = [0; SELECT_BINS] };
+    }
+    pub fn count(&self, bin: u32) {
+        // SAFETY: as in `begin`.
+        if let Some(c) = unsafe { (*self.0.get()).get_mut(bin as usize) } {
+            *c += 1;
+        }
+    }
+    /// # Safety
+    /// `global` must hold [`SELECT_BINS`] counts that no other thread
+    /// touches during the call.
+    pub unsafe fn flush(&self, global: *mut u32) {
+        for (b, &c) in (*self.0.get()).iter().enumerate() {
+            let p = global.add(b);
+            p.write(p.read() + c);
+        }
+    }
 }

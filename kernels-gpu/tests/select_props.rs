@@ -5,13 +5,13 @@
 
 use proptest::prelude::*;
 use ringreduce_kernels::abi::{tiles_for, SelectState, Task, TaskKind, PAD_INDEX, SELECT_PASSES};
-use ringreduce_kernels::device::Lanes;
+use ringreduce_kernels::device::{Lanes, SeqHist};
 use ringreduce_kernels::grad::run_phase;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 struct Seq {
     lane: u64,
     lanes: u64,
+    hist: SeqHist,
 }
 
 unsafe impl Lanes for Seq {
@@ -21,8 +21,14 @@ unsafe impl Lanes for Seq {
     fn lanes(&self) -> u64 {
         self.lanes
     }
-    unsafe fn atomic_add_u32(&self, p: *mut u32, v: u32) {
-        AtomicU32::from_ptr(p).fetch_add(v, Ordering::Relaxed);
+    unsafe fn hist_begin(&self) {
+        self.hist.begin();
+    }
+    unsafe fn hist_count(&self, bin: u32) {
+        self.hist.count(bin);
+    }
+    unsafe fn hist_flush(&self, global: *mut u32) {
+        self.hist.flush(global);
     }
 }
 
@@ -31,7 +37,15 @@ fn run(t: Task, lanes: u64) {
     let phases = TaskKind::from_u64(t.kind).unwrap().phases();
     for p in 0..phases {
         for lane in 0..lanes {
-            unsafe { run_phase(&Seq { lane, lanes }, &t, p) };
+            unsafe { run_phase(
+                    &Seq {
+                        lane,
+                        lanes,
+                        hist: SeqHist::default(),
+                    },
+                    &t,
+                    p,
+                ) };
         }
     }
 }

@@ -7,9 +7,8 @@ use super::comm::CpuCommunicator;
 use crate::element::RsElement;
 use crate::error::Result;
 use ringreduce_kernels::abi::{Task, TaskKind};
-use ringreduce_kernels::device::Lanes;
+use ringreduce_kernels::device::{Lanes, SeqHist};
 use ringreduce_kernels::grad::run_phase;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Lanes of a CPU task: odd, so that every split leaves a tail, and more
 /// than one, so that the tile offsets and copy groups are exercised.
@@ -27,10 +26,11 @@ impl Hold {
 
 struct CpuLanes {
     lane: u64,
+    hist: SeqHist,
 }
 
-// SAFETY: the lanes run one after another on one thread, so a plain
-// ordering suffices; the add is atomic anyway.
+// SAFETY: the lanes run one after another on one thread, each its own
+// block, so each flush adds its counts alone.
 unsafe impl Lanes for CpuLanes {
     fn lane(&self) -> u64 {
         self.lane
@@ -38,8 +38,14 @@ unsafe impl Lanes for CpuLanes {
     fn lanes(&self) -> u64 {
         CPU_TASK_LANES
     }
-    unsafe fn atomic_add_u32(&self, p: *mut u32, v: u32) {
-        AtomicU32::from_ptr(p).fetch_add(v, Ordering::Relaxed);
+    unsafe fn hist_begin(&self) {
+        self.hist.begin();
+    }
+    unsafe fn hist_count(&self, bin: u32) {
+        self.hist.count(bin);
+    }
+    unsafe fn hist_flush(&self, global: *mut u32) {
+        self.hist.flush(global);
     }
 }
 
@@ -63,7 +69,7 @@ impl CpuCommunicator {
                 for p in 0..phases {
                     for lane in 0..CPU_TASK_LANES {
                         // SAFETY: the caller's promise.
-                        unsafe { run_phase(&CpuLanes { lane }, &task, p) };
+                        unsafe { run_phase(&CpuLanes { lane, hist: SeqHist::default() }, &task, p) };
                     }
                 }
             }),

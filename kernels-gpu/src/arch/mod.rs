@@ -24,14 +24,27 @@ macro_rules! block_released_word {
     };
 }
 
+/// The name of the block's private histogram of the gradient layer's
+/// radix select: [`SELECT_BINS`](crate::abi::SELECT_BINS) `u32` bins.
+#[macro_export]
+macro_rules! block_hist_array {
+    () => {
+        "ringreduce_block_hist"
+    };
+}
+
 /// The PTX module-scope declarations the kernels' inline assembly names.
 pub const SHARED_DECLARATIONS: &str = concat!(
     ".shared .align 4 .u32 ",
     block_failed_word!(),
     ";\n.shared .align 4 .u32 ",
     block_released_word!(),
-    ";"
+    ";\n.shared .align 4 .b8 ",
+    block_hist_array!(),
+    "[1024];"
 );
+// The histogram's declared bytes above.
+const _: () = assert!(crate::abi::SELECT_BINS * 4 == 1024);
 
 #[cfg(target_arch = "nvptx64")]
 pub use nvptx::{f16_bits_to_f32, f32_to_f16_bits};

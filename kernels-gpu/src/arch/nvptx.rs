@@ -2,6 +2,7 @@
 //! reduction, the shared release count, volatile and acquire flag accesses,
 //! fences, L2 prefetch, the global timer and half-precision conversions.
 
+use crate::abi::SELECT_BINS;
 use crate::device::{Device, Handoff, Scope};
 use core::arch::asm;
 
@@ -277,10 +278,89 @@ unsafe impl crate::device::Lanes for GpuLanes {
         g as u64 * n as u64
     }
 
+    /// Zeroes the shared bins, then a block barrier.
     #[inline(always)]
-    unsafe fn atomic_add_u32(&self, p: *mut u32, v: u32) {
-        asm!("red.relaxed.gpu.global.add.u32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack));
+    unsafe fn hist_begin(&self) {
+        let (tid, ntid) = block_thread();
+        let mut b = tid;
+        while b < SELECT_BINS as u32 {
+            asm!(
+                concat!("mov.u64 {a}, ", crate::block_hist_array!(), ";"),
+                "mad.wide.u32 {a}, {b}, 4, {a};",
+                "st.shared.u32 [{a}], 0;",
+                a = out(reg64) _, b = in(reg32) b,
+                options(nostack)
+            );
+            b += ntid;
+        }
+        block_sync();
     }
+
+    /// One shared add per distinct bin of the warp: `match.any` groups the
+    /// lanes by bin, and the lowest lane of each group adds its size.
+    #[inline(always)]
+    unsafe fn hist_count(&self, bin: u32) {
+        asm!(
+            "{{",
+            ".reg .pred %hp;",
+            ".reg .b32 %hpeers, %hlow, %hme, %hn;",
+            ".reg .b64 %ha;",
+            "match.any.sync.b32 %hpeers, {bin}, 0xffffffff;",
+            "neg.s32 %hlow, %hpeers;",
+            "and.b32 %hlow, %hlow, %hpeers;",
+            "mov.u32 %hme, %lanemask_eq;",
+            "setp.eq.u32 %hp, %hlow, %hme;",
+            "setp.ne.and.u32 %hp, {bin}, 0xffffffff, %hp;",
+            "popc.b32 %hn, %hpeers;",
+            concat!("mov.u64 %ha, ", crate::block_hist_array!(), ";"),
+            "mad.wide.u32 %ha, {bin}, 4, %ha;",
+            "@%hp red.shared.add.u32 [%ha], %hn;",
+            "}}",
+            bin = in(reg32) bin,
+            options(nostack)
+        );
+    }
+
+    /// A block barrier, then one global add per non-zero shared bin.
+    #[inline(always)]
+    unsafe fn hist_flush(&self, global: *mut u32) {
+        block_sync();
+        let (tid, ntid) = block_thread();
+        let mut b = tid;
+        while b < SELECT_BINS as u32 {
+            let v: u32;
+            asm!(
+                concat!("mov.u64 {a}, ", crate::block_hist_array!(), ";"),
+                "mad.wide.u32 {a}, {b}, 4, {a};",
+                "ld.shared.u32 {v}, [{a}];",
+                a = out(reg64) _, b = in(reg32) b, v = out(reg32) v,
+                options(nostack)
+            );
+            if v != 0 {
+                asm!(
+                    "red.relaxed.gpu.global.add.u32 [{p}], {v};",
+                    p = in(reg64) global.add(b as usize), v = in(reg32) v,
+                    options(nostack)
+                );
+            }
+            b += ntid;
+        }
+    }
+}
+
+/// `(%tid.x, %ntid.x)`.
+#[inline(always)]
+fn block_thread() -> (u32, u32) {
+    let (t, n): (u32, u32);
+    unsafe {
+        asm!(
+            "mov.u32 {t}, %tid.x;",
+            "mov.u32 {n}, %ntid.x;",
+            t = out(reg32) t, n = out(reg32) n,
+            options(nomem, nostack, pure)
+        )
+    };
+    (t, n)
 }
 
 /// `barrier.sync 0` of the whole block (non-aligned: lanes may arrive from

@@ -52,3 +52,17 @@ pub(crate) fn for_each_index<L: Lanes>(g: &L, n: u64, mut f: impl FnMut(u64)) {
         i += stride;
     }
 }
+
+/// `f(Some(i))` for `i` in `0..n` as [`for_each_index`] does, but every
+/// lane runs the same number of rounds (`f(None)` past the end), so that
+/// the lanes of a GPU warp stay together for a warp-wide step.
+#[inline(always)]
+pub(crate) fn for_each_index_uniform<L: Lanes>(g: &L, n: u64, mut f: impl FnMut(Option<u64>)) {
+    let stride = g.lanes();
+    let rounds = n.div_ceil(stride);
+    let mut i = g.lane();
+    for _ in 0..rounds {
+        f((i < n).then_some(i));
+        i += stride;
+    }
+}

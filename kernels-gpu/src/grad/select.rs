@@ -5,9 +5,9 @@
 //! names the K-th largest magnitude exactly, and how many elements equal to
 //! it the selection still takes (the lowest indices, see `compact`).
 
-use super::for_each_index;
+use super::for_each_index_uniform;
 use crate::abi::{magnitude, SelectState, Task, SELECT_BINS, SELECT_PASSES};
-use crate::device::Lanes;
+use crate::device::{Lanes, NO_BIN};
 
 /// A threshold no magnitude reaches (they are at most `0x7fff_ffff`).
 const NOTHING: u64 = 0x8000_0000;
@@ -48,7 +48,8 @@ unsafe fn reset(s: *mut SelectState, threshold: u64, take_equal: u64, remaining:
 }
 
 /// Pass `arg`: counts the digit of every magnitude of `src` whose higher
-/// digits are the ones chosen so far.
+/// digits are the ones chosen so far, in each block's private histogram
+/// first (the first digit of real gradients falls in a few hot bins).
 ///
 /// # Safety
 /// As for [`super::run_phase`].
@@ -57,13 +58,22 @@ pub unsafe fn histogram<L: Lanes>(g: &L, t: &Task) {
     let src = t.src as *const u32;
     let sh = shift(t.arg);
     let prefix = (*s).threshold >> (sh + 8);
-    let hist = core::ptr::addr_of_mut!((*s).hist) as *mut u32;
-    for_each_index(g, t.n, |i| {
-        let m = magnitude(src.add(i as usize).read()) as u64;
-        if m >> (sh + 8) == prefix {
-            g.atomic_add_u32(hist.add(((m >> sh) & 0xff) as usize), 1);
-        }
+    g.hist_begin();
+    for_each_index_uniform(g, t.n, |i| {
+        let bin = match i {
+            Some(i) => {
+                let m = magnitude(src.add(i as usize).read()) as u64;
+                if m >> (sh + 8) == prefix {
+                    ((m >> sh) & 0xff) as u32
+                } else {
+                    NO_BIN
+                }
+            }
+            None => NO_BIN,
+        };
+        g.hist_count(bin);
     });
+    g.hist_flush(core::ptr::addr_of_mut!((*s).hist) as *mut u32);
 }
 
 /// Lane 0 of pass `arg`: the digit holding the `remaining`-th largest of
