@@ -9,11 +9,19 @@
 //!   included, against the `f32` all-reduce of the same data;
 //! - sparse: top-K at a sweep of densities, against the dense `f32`
 //!   all-reduce, and the break-even density.
+//!
+//! Beside them, the unit to read them by: `pass_us`, one elementwise pass
+//! on every rank at once that reads two `f32` arrays of the row's length
+//! and writes one (the error-feedback add). On virtual ranks all ranks
+//! share one HBM, so a path that makes more such passes than the baseline
+//! cannot beat it however little it sends.
 
 use crate::metrics::CollectiveArg;
 use crate::report::now_iso;
 use ringreduce::grad::GradBackend;
-use ringreduce::{GradConfig, GradSync, Precision, Sparsity};
+use ringreduce::half::f16;
+use ringreduce::kernels::abi::{Task, TaskKind};
+use ringreduce::{Collective, GradConfig, GradSync, Op, Precision, Region, Sparsity};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
@@ -42,6 +50,17 @@ pub struct GradRow {
     pub baseline_us: f64,
     /// `baseline_us / time_us`.
     pub speedup: f64,
+    /// Parts of the row timed alone in the same run (e.g. the `f16`
+    /// all-reduce of a half row without its conversions).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<PartTime>,
+}
+
+/// One part of a row, timed alone.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PartTime {
+    pub name: String,
+    pub time_us: f64,
 }
 
 /// The JSON of a gradient-layer run.
@@ -59,6 +78,18 @@ pub struct GradReport {
     /// The lowest density of the sweep at which sparse was no faster than
     /// dense, if any.
     pub break_even_density: Option<f64>,
+    /// One read-two-write-one pass over the half and sparse rows' size on
+    /// every rank at once (see the module's doc), in microseconds.
+    #[serde(default)]
+    pub pass_us: Option<f64>,
+}
+
+/// What a run of [`rows`] measured.
+#[derive(Debug, Default)]
+pub struct Measured {
+    pub rows: Vec<GradRow>,
+    pub break_even: Option<f64>,
+    pub pass_us: Option<f64>,
 }
 
 /// Mean time of one `f` over `iters` back-to-back calls, after `warmup`,
@@ -93,6 +124,91 @@ fn tensor<C: GradBackend>(comm: &C, n: usize, seed: u32) -> Result<Vec<C::Buf<f3
         .collect()
 }
 
+/// Gradient-like data for the sparse rows: signed magnitudes spread over
+/// six decades, so that the selection's digits fall as they do for real
+/// gradients rather than on the few integers of [`tensor`].
+fn spread_tensor<C: GradBackend>(
+    comm: &C,
+    n: usize,
+    seed: u32,
+) -> Result<Vec<C::Buf<f32>>, String> {
+    (0..comm.k())
+        .map(|u| {
+            let v: Vec<f32> = (0..n)
+                .map(|i| {
+                    let x = (i as u32 ^ seed.rotate_left(16) ^ (u as u32).rotate_left(24))
+                        .wrapping_mul(0x9e37_79b9);
+                    let x = x ^ (x >> 15);
+                    let m = 1.0 + (x >> 9) as f32 / (1u32 << 23) as f32;
+                    let v = m * (-(((x >> 1) % 20) as f32)).exp2();
+                    if x & 1 == 1 {
+                        -v
+                    } else {
+                        v
+                    }
+                })
+                .collect();
+            comm.upload(u, &v).map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+/// [`pass_us`](GradReport::pass_us) at `n` elements: the error-feedback
+/// add `w = a + b` on every rank's own queue at once.
+fn time_pass<C: GradBackend>(
+    comm: &C,
+    n: usize,
+    warmup: usize,
+    iters: usize,
+) -> Result<f64, String> {
+    let e = |e: ringreduce::Error| e.to_string();
+    let a = tensor(comm, n, 5)?;
+    let b = tensor(comm, n, 6)?;
+    let own = comm.own_queues();
+    let w: Vec<C::Buf<f32>> = (0..comm.k())
+        .map(|u| comm.alloc::<f32>(u, &own[u], n))
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    time(comm, warmup, iters, || {
+        for u in 0..comm.k() {
+            let t = Task {
+                kind: TaskKind::Feedback as u64,
+                src: comm.addr(u, &a[u]),
+                aux: comm.addr(u, &b[u]),
+                dst: comm.addr(u, &w[u]),
+                n: n as u64,
+                ..Task::default()
+            };
+            // SAFETY: `a`, `b` and `w` hold `n` f32s on rank `u` and
+            // outlive the timing, which synchronises before it returns.
+            unsafe { comm.run_task(u, &own[u], t, Vec::new())? };
+        }
+        Ok(())
+    })
+}
+
+/// The `f16` all-reduce of `n` elements alone, on the own queues.
+fn time_half_all_reduce<C: GradBackend>(
+    comm: &C,
+    n: usize,
+    warmup: usize,
+    iters: usize,
+) -> Result<f64, String> {
+    let e = |e: ringreduce::Error| e.to_string();
+    let own = comm.own_queues();
+    let mut h: Vec<C::Buf<f16>> = (0..comm.k())
+        .map(|u| comm.alloc::<f16>(u, &own[u], n))
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    time(comm, warmup, iters, || {
+        let mut regions: Vec<Region<'_, C::Buf<f16>>> = h
+            .iter_mut()
+            .map(|buf| Region::InPlace { buf, at: 0..n })
+            .collect();
+        comm.collective_on(Collective::AllReduce, &mut regions, Op::Sum, &own)
+    })
+}
+
 fn row(c: &str, variant: &str, count: usize, t: f64, base: &str, b: f64) -> GradRow {
     GradRow {
         collective: c.into(),
@@ -103,6 +219,7 @@ fn row(c: &str, variant: &str, count: usize, t: f64, base: &str, b: f64) -> Grad
         baseline: base.into(),
         baseline_us: b,
         speedup: b / t,
+        parts: Vec::new(),
     }
 }
 
@@ -115,7 +232,7 @@ pub fn rows<C: GradBackend>(
     warmup: usize,
     iters: usize,
     fused_tensors: usize,
-) -> Result<(Vec<GradRow>, Option<f64>), String> {
+) -> Result<Measured, String> {
     let e = |e: ringreduce::Error| e.to_string();
     let avg = GradConfig {
         average: true,
@@ -124,6 +241,7 @@ pub fn rows<C: GradBackend>(
     let mut g = GradSync::new(comm, avg.clone()).map_err(e)?;
     let mut out = Vec::new();
     let mut break_even = None;
+    let mut pass = None;
     match which {
         CollectiveArg::Fused => {
             let lens: Vec<usize> = resnet50().into_iter().take(fused_tensors).collect();
@@ -160,18 +278,26 @@ pub fn rows<C: GradBackend>(
                 let n = (s / 4) as usize;
                 let mut t = tensor(comm, n, 1)?;
                 let base = time(comm, warmup, iters, || g.all_reduce(&mut t))?;
+                let alone = time_half_all_reduce(comm, n, warmup, iters)?;
+                pass = Some(time_pass(comm, n, warmup, iters)?);
                 for (p, name) in [(Precision::F16, "f16"), (Precision::Bf16, "bf16")] {
                     let h = time(comm, warmup, iters, || g.all_reduce_half(&mut t, p, true))?;
-                    out.push(row("half", name, n, h, "f32 all-reduce", base));
+                    let mut r = row("half", name, n, h, "f32 all-reduce", base);
+                    r.parts.push(PartTime {
+                        name: "16-bit all-reduce alone".into(),
+                        time_us: alone,
+                    });
+                    out.push(r);
                 }
             }
         }
         CollectiveArg::Sparse => {
             for &s in sizes {
                 let n = (s / 4) as usize;
-                let mut t = tensor(comm, n, 2)?;
-                let mut r = tensor(comm, n, 3)?;
+                let mut t = spread_tensor(comm, n, 2)?;
+                let mut r = spread_tensor(comm, n, 3)?;
                 let base = time(comm, warmup, iters, || g.all_reduce(&mut t))?;
+                pass = Some(time_pass(comm, n, warmup, iters)?);
                 // Sparse forced at every density, to find the break-even.
                 let mut sg = GradSync::new(
                     comm,
@@ -196,11 +322,16 @@ pub fn rows<C: GradBackend>(
         }
         _ => return Err("not a gradient-layer collective".into()),
     }
-    Ok((out, break_even))
+    Ok(Measured {
+        rows: out,
+        break_even,
+        pass_us: pass,
+    })
 }
 
 /// The table, in the bench's column style.
-pub fn table(rows: &[GradRow], break_even: Option<f64>) -> String {
+pub fn table(m: &Measured) -> String {
+    let (rows, break_even) = (&m.rows, m.break_even);
     let mut s = format!(
         "#{:>11} {:>22} {:>12} {:>10} {:>11} {:>16} {:>11} {:>8}\n",
         "collective", "variant", "size(B)", "count", "time(us)", "baseline", "base(us)", "speedup"
@@ -216,6 +347,20 @@ pub fn table(rows: &[GradRow], break_even: Option<f64>) -> String {
             r.baseline,
             r.baseline_us,
             r.speedup
+        );
+    }
+    for r in rows {
+        for p in &r.parts {
+            s += &format!(
+                "# {} {}: {} {:.2} us\n",
+                r.collective, r.variant, p.name, p.time_us
+            );
+        }
+    }
+    if let Some(p) = m.pass_us {
+        s += &format!(
+            "# One pass (read 2 f32 arrays, write 1, every rank at once): {p:.2} us; the f32 all-reduce = {:.2} passes\n",
+            rows.first().map_or(0.0, |r| r.baseline_us / p)
         );
     }
     if rows.iter().any(|r| r.collective == "sparse") {
@@ -250,6 +395,7 @@ pub fn report(
         warmup,
         rows: Vec::new(),
         break_even_density: None,
+        pass_us: None,
     }
 }
 
@@ -287,13 +433,14 @@ mod tests {
             CollectiveArg::Half,
             CollectiveArg::Sparse,
         ] {
-            let (rows, _) = rows(&comm, which, &[4096], 0, 1, 12).unwrap();
-            assert!(!rows.is_empty());
-            for r in &rows {
+            let m = rows(&comm, which, &[4096], 0, 1, 12).unwrap();
+            assert!(!m.rows.is_empty());
+            assert_eq!(m.pass_us.is_some(), which != CollectiveArg::Fused);
+            for r in &m.rows {
                 assert!(r.time_us > 0.0 && r.baseline_us > 0.0);
                 assert!((r.speedup - r.baseline_us / r.time_us).abs() < 1e-9);
             }
         }
-        assert!(table(&[], None).starts_with('#'));
+        assert!(table(&Measured::default()).starts_with('#'));
     }
 }

@@ -319,7 +319,6 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
     Ok(if report.out_of_bounds == 0 { 0 } else { 1 })
 }
 
-/// `config` with algorithm `a` forced (`None`: as configured).
 /// The gradient layer's rows (see [`crate::grad`]): on the GPU the whole
 /// ResNet-50 list, on the CPU execution its first 40 tensors.
 fn grad_main(
@@ -357,9 +356,10 @@ fn grad_main(
         args.warmup,
         report.device
     );
-    print!("{}", crate::grad::table(&rows.0, rows.1));
-    report.rows = rows.0;
-    report.break_even_density = rows.1;
+    print!("{}", crate::grad::table(&rows));
+    report.rows = rows.rows;
+    report.break_even_density = rows.break_even;
+    report.pass_us = rows.pass_us;
     if let Some(p) = &args.json {
         let s = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
         std::fs::write(p, s).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -368,6 +368,7 @@ fn grad_main(
     Ok(0)
 }
 
+/// `config` with algorithm `a` forced (`None`: as configured).
 fn with_algo(config: &CommConfig, a: Option<Algo>) -> CommConfig {
     match a {
         Some(a) => config.clone().algorithm(a),

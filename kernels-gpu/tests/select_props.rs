@@ -37,7 +37,8 @@ fn run(t: Task, lanes: u64) {
     let phases = TaskKind::from_u64(t.kind).unwrap().phases();
     for p in 0..phases {
         for lane in 0..lanes {
-            unsafe { run_phase(
+            unsafe {
+                run_phase(
                     &Seq {
                         lane,
                         lanes,
@@ -45,7 +46,8 @@ fn run(t: Task, lanes: u64) {
                     },
                     &t,
                     p,
-                ) };
+                )
+            };
         }
     }
 }

@@ -69,7 +69,16 @@ impl CpuCommunicator {
                 for p in 0..phases {
                     for lane in 0..CPU_TASK_LANES {
                         // SAFETY: the caller's promise.
-                        unsafe { run_phase(&CpuLanes { lane, hist: SeqHist::default() }, &task, p) };
+                        unsafe {
+                            run_phase(
+                                &CpuLanes {
+                                    lane,
+                                    hist: SeqHist::default(),
+                                },
+                                &task,
+                                p,
+                            )
+                        };
                     }
                 }
             }),
