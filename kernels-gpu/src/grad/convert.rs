@@ -1,7 +1,7 @@
 //! Element-wise tasks: `f32` to and from half precision, error feedback,
 //! and fill.
 
-use super::for_each_index;
+use super::{all_aligned, for_each_quad, HalfQuad, Quad};
 use crate::abi::{HalfFormat, Task};
 use crate::arch::{f16_bits_to_f32, f32_to_f16_bits};
 use crate::device::Lanes;
@@ -25,17 +25,26 @@ pub unsafe fn to_half<L: Lanes>(g: &L, t: &Task) {
     let divisor = f32::from_bits((t.arg >> 32) as u32);
     let scale = divisor != 1.0;
     let f = format(t.arg);
-    for_each_index(g, t.n, |i| {
-        let mut x = src.add(i as usize).read();
+    let conv = |mut x: f32| {
         if scale {
             x /= divisor;
         }
-        let h = match f {
+        match f {
             HalfFormat::F16 => f32_to_f16_bits(x),
             HalfFormat::Bf16 => f32_to_bf16_bits(x),
-        };
-        dst.add(i as usize).write(h);
-    });
+        }
+    };
+    for_each_quad(
+        g,
+        t.n,
+        all_aligned(&[(t.src, 16), (t.dst, 8)]),
+        |i| {
+            let x = (src.add(i as usize) as *const Quad<f32>).read().0;
+            let h = HalfQuad([conv(x[0]), conv(x[1]), conv(x[2]), conv(x[3])]);
+            (dst.add(i as usize) as *mut HalfQuad).write(h);
+        },
+        |i| dst.add(i as usize).write(conv(src.add(i as usize).read())),
+    );
 }
 
 /// `dst[i] = f32(src[i])` (exact).
@@ -45,14 +54,21 @@ pub unsafe fn to_half<L: Lanes>(g: &L, t: &Task) {
 pub unsafe fn from_half<L: Lanes>(g: &L, t: &Task) {
     let (src, dst) = (t.src as *const u16, t.dst as *mut f32);
     let f = format(t.arg);
-    for_each_index(g, t.n, |i| {
-        let h = src.add(i as usize).read();
-        let x = match f {
-            HalfFormat::F16 => f16_bits_to_f32(h),
-            HalfFormat::Bf16 => bf16_bits_to_f32(h),
-        };
-        dst.add(i as usize).write(x);
-    });
+    let conv = |h: u16| match f {
+        HalfFormat::F16 => f16_bits_to_f32(h),
+        HalfFormat::Bf16 => bf16_bits_to_f32(h),
+    };
+    for_each_quad(
+        g,
+        t.n,
+        all_aligned(&[(t.src, 8), (t.dst, 16)]),
+        |i| {
+            let h = (src.add(i as usize) as *const HalfQuad).read().0;
+            let x = Quad([conv(h[0]), conv(h[1]), conv(h[2]), conv(h[3])]);
+            (dst.add(i as usize) as *mut Quad<f32>).write(x);
+        },
+        |i| dst.add(i as usize).write(conv(src.add(i as usize).read())),
+    );
 }
 
 /// `dst[i] = src[i] + aux[i]`, or a copy without `aux`.
@@ -61,13 +77,27 @@ pub unsafe fn from_half<L: Lanes>(g: &L, t: &Task) {
 /// As for [`super::run_phase`]; `dst` may be `src` or `aux`.
 pub unsafe fn feedback<L: Lanes>(g: &L, t: &Task) {
     let (src, res, dst) = (t.src as *const f32, t.aux as *const f32, t.dst as *mut f32);
-    for_each_index(g, t.n, |i| {
+    let one = |i: u64| {
         let mut x = src.add(i as usize).read();
         if !res.is_null() {
             x += res.add(i as usize).read();
         }
         dst.add(i as usize).write(x);
-    });
+    };
+    for_each_quad(
+        g,
+        t.n,
+        all_aligned(&[(t.src, 16), (t.aux, 16), (t.dst, 16)]),
+        |i| {
+            let mut x = (src.add(i as usize) as *const Quad<f32>).read().0;
+            if !res.is_null() {
+                let r = (res.add(i as usize) as *const Quad<f32>).read().0;
+                x = [x[0] + r[0], x[1] + r[1], x[2] + r[2], x[3] + r[3]];
+            }
+            (dst.add(i as usize) as *mut Quad<f32>).write(Quad(x));
+        },
+        one,
+    );
 }
 
 /// `n` 32-bit words at `dst` set to `arg`.
@@ -76,5 +106,12 @@ pub unsafe fn feedback<L: Lanes>(g: &L, t: &Task) {
 /// As for [`super::run_phase`].
 pub unsafe fn fill<L: Lanes>(g: &L, t: &Task) {
     let dst = t.dst as *mut u32;
-    for_each_index(g, t.n, |i| dst.add(i as usize).write(t.arg as u32));
+    let v = t.arg as u32;
+    for_each_quad(
+        g,
+        t.n,
+        all_aligned(&[(t.dst, 16)]),
+        |i| (dst.add(i as usize) as *mut Quad<u32>).write(Quad([v; 4])),
+        |i| dst.add(i as usize).write(v),
+    );
 }

@@ -66,3 +66,42 @@ pub(crate) fn for_each_index_uniform<L: Lanes>(g: &L, n: u64, mut f: impl FnMut(
         i += stride;
     }
 }
+
+/// Four `f32`s (or words) in one 16-byte access.
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+pub(crate) struct Quad<T: Copy>(pub [T; 4]);
+
+/// Four halves in one 8-byte access.
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+pub(crate) struct HalfQuad(pub [u16; 4]);
+
+/// Element-wise work over `0..n` in quads: with `aligned` (every array
+/// of the task aligned for its quad), `quad(i)` for each `i` in
+/// `0, 4, …` below `n & !3`, spread over the lanes, then `one(i)` for the
+/// tail; otherwise `one(i)` for every `i`. Wide accesses keep enough bytes
+/// in flight per thread for HBM; the result is the same either way.
+#[inline(always)]
+pub(crate) fn for_each_quad<L: Lanes>(
+    g: &L,
+    n: u64,
+    aligned: bool,
+    mut quad: impl FnMut(u64),
+    mut one: impl FnMut(u64),
+) {
+    if aligned {
+        let body = n & !3;
+        for_each_index(g, body / 4, |q| quad(4 * q));
+        for_each_index(g, n - body, |j| one(body + j));
+    } else {
+        for_each_index(g, n, one);
+    }
+}
+
+/// Whether each of `addrs` is a multiple of its alignment `(addr, align)`
+/// (a null address counts as aligned: the array is unused).
+#[inline(always)]
+pub(crate) fn all_aligned(addrs: &[(u64, u64)]) -> bool {
+    addrs.iter().all(|&(a, al)| a.is_multiple_of(al))
+}

@@ -5,7 +5,7 @@
 //! names the K-th largest magnitude exactly, and how many elements equal to
 //! it the selection still takes (the lowest indices, see `compact`).
 
-use super::for_each_index_uniform;
+use super::{for_each_index_uniform, Quad};
 use crate::abi::{magnitude, SelectState, Task, SELECT_BINS, SELECT_PASSES};
 use crate::device::{Lanes, NO_BIN};
 
@@ -58,20 +58,35 @@ pub unsafe fn histogram<L: Lanes>(g: &L, t: &Task) {
     let src = t.src as *const u32;
     let sh = shift(t.arg);
     let prefix = (*s).threshold >> (sh + 8);
+    let bin = |bits: u32| {
+        let m = magnitude(bits) as u64;
+        if m >> (sh + 8) == prefix {
+            ((m >> sh) & 0xff) as u32
+        } else {
+            NO_BIN
+        }
+    };
     g.hist_begin();
-    for_each_index_uniform(g, t.n, |i| {
-        let bin = match i {
-            Some(i) => {
-                let m = magnitude(src.add(i as usize).read()) as u64;
-                if m >> (sh + 8) == prefix {
-                    ((m >> sh) & 0xff) as u32
-                } else {
-                    NO_BIN
-                }
-            }
-            None => NO_BIN,
+    // Quads where `src` allows, then the rest; both loops are uniform.
+    let body = if t.src.is_multiple_of(16) {
+        t.n & !3
+    } else {
+        0
+    };
+    for_each_index_uniform(g, body / 4, |q| {
+        let x = match q {
+            Some(q) => (src.add(4 * q as usize) as *const Quad<u32>)
+                .read()
+                .0
+                .map(bin),
+            None => [NO_BIN; 4],
         };
-        g.hist_count(bin);
+        for b in x {
+            g.hist_count(b);
+        }
+    });
+    for_each_index_uniform(g, t.n - body, |j| {
+        g.hist_count(j.map_or(NO_BIN, |j| bin(src.add((body + j) as usize).read())));
     });
     g.hist_flush(core::ptr::addr_of_mut!((*s).hist) as *mut u32);
 }

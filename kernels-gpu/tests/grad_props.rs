@@ -1,10 +1,14 @@
-//! Property tests of the sparse selection kernels against a full sort:
-//! top-K picks exactly the K largest magnitudes (negative values included,
-//! ties to the lower index), the pairs come in index order, padded, and the
-//! result does not depend on how many lanes run the tasks.
+//! Property tests of the gradient layer's kernels. The sparse selection
+//! against a full sort: top-K picks exactly the K largest magnitudes
+//! (negative values included, ties to the lower index), the pairs come in
+//! index order, padded, and the result does not depend on how many lanes
+//! run the tasks or on the input's alignment. The element-wise tasks
+//! against a scalar reference, at every alignment (quads and tails).
 
 use proptest::prelude::*;
-use ringreduce_kernels::abi::{tiles_for, SelectState, Task, TaskKind, PAD_INDEX, SELECT_PASSES};
+use ringreduce_kernels::abi::{
+    half_arg, tiles_for, HalfFormat, SelectState, Task, TaskKind, PAD_INDEX, SELECT_PASSES,
+};
 use ringreduce_kernels::device::{Lanes, SeqHist};
 use ringreduce_kernels::grad::run_phase;
 
@@ -123,12 +127,66 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
     #[test]
-    fn top_k_is_the_k_largest_magnitudes(x in values(), frac in 0.0001f64..=1.0, lanes in 1u64..9, extra in 0u64..4) {
+    fn top_k_is_the_k_largest_magnitudes(x in values(), frac in 0.0001f64..=1.0, lanes in 1u64..9, extra in 0u64..4, off in 0usize..4) {
+        // An offset moves the input off the quad alignment.
+        let x = &x[off.min(x.len() - 1)..];
         let n = x.len() as u64;
         let kk = ((frac * n as f64).ceil() as u64).clamp(1, n);
         let cap = kk + extra;
-        let got = kernel_top_k(&x, kk, cap, lanes);
-        prop_assert_eq!(got, sorted_top_k(&x, kk as usize, cap as usize));
+        let got = kernel_top_k(x, kk, cap, lanes);
+        prop_assert_eq!(got, sorted_top_k(x, kk as usize, cap as usize));
+    }
+
+    #[test]
+    fn element_wise_tasks_match_a_scalar_reference(
+        v in prop::collection::vec(-1.0e6f32..1.0e6, 0..70),
+        r in prop::collection::vec(-1.0e6f32..1.0e6, 70),
+        lanes in 1u64..9,
+        offs in (0usize..4, 0usize..4, 0usize..4),
+    ) {
+        let n = v.len();
+        // 16-byte-aligned storage, then offsets of 0-3 elements.
+        let mut mem = vec![[0u32; 4]; 3 * 20 + 6];
+        let base = mem.as_mut_ptr() as *mut u32;
+        let (a, b, d) = unsafe { (base.add(offs.0), base.add(80 + offs.1), base.add(160 + offs.2)) };
+        for i in 0..n {
+            unsafe {
+                a.add(i).write(v[i].to_bits());
+                b.add(i).write(r[i].to_bits());
+            }
+        }
+        let task = |kind: TaskKind, src: *const u32, aux: *const u32, dst: *mut u32, arg| Task {
+            kind: kind as u64,
+            src: src as u64,
+            aux: aux as u64,
+            dst: dst as u64,
+            n: n as u64,
+            arg,
+            ..Task::default()
+        };
+        let read = |p: *const u32| (0..n).map(|i| unsafe { p.add(i).read() }).collect::<Vec<u32>>();
+        run(task(TaskKind::Feedback, a, b, d, 0), lanes);
+        let want: Vec<u32> = (0..n).map(|i| (v[i] + r[i]).to_bits()).collect();
+        prop_assert_eq!(read(d), want);
+        run(task(TaskKind::Fill, a, b, d, 7), lanes);
+        prop_assert_eq!(read(d), vec![7; n]);
+        // To halves at `d` (as u16s), and back into `b`.
+        let h = d as *mut u16;
+        for (format, div) in [(HalfFormat::F16, 1.0f32), (HalfFormat::F16, 8.0), (HalfFormat::Bf16, 3.0)] {
+            run(task(TaskKind::ToHalf, a, std::ptr::null(), h as *mut u32, half_arg(format, div)), lanes);
+            let halves: Vec<u16> = (0..n).map(|i| unsafe { h.add(i).read() }).collect();
+            let want: Vec<u16> = v.iter().map(|&x| match format {
+                HalfFormat::F16 => half::f16::from_f32(x / div).to_bits(),
+                HalfFormat::Bf16 => half::bf16::from_f32(x / div).to_bits(),
+            }).collect();
+            prop_assert_eq!(&halves, &want);
+            run(task(TaskKind::FromHalf, h as *const u32, std::ptr::null(), b, format as u64), lanes);
+            let back: Vec<u32> = halves.iter().map(|&x| match format {
+                HalfFormat::F16 => half::f16::from_bits(x).to_f32().to_bits(),
+                HalfFormat::Bf16 => half::bf16::from_bits(x).to_f32().to_bits(),
+            }).collect();
+            prop_assert_eq!(read(b), back);
+        }
     }
 }
 
