@@ -98,8 +98,20 @@ fn time<C: GradBackend>(
     comm: &C,
     warmup: usize,
     iters: usize,
-    mut f: impl FnMut() -> ringreduce::Result<()>,
+    f: impl FnMut() -> ringreduce::Result<()>,
 ) -> Result<f64, String> {
+    Ok(time_and_enqueue(comm, warmup, iters, f)?.0)
+}
+
+/// [`time`], and the mean time the host took to enqueue one `f` (what
+/// the calls cost before the final synchronisation). When the two are
+/// close, the host, not the device, sets the pace.
+fn time_and_enqueue<C: GradBackend>(
+    comm: &C,
+    warmup: usize,
+    iters: usize,
+    mut f: impl FnMut() -> ringreduce::Result<()>,
+) -> Result<(f64, f64), String> {
     let e = |e: ringreduce::Error| e.to_string();
     for _ in 0..warmup {
         f().map_err(e)?;
@@ -109,8 +121,10 @@ fn time<C: GradBackend>(
     for _ in 0..iters {
         f().map_err(e)?;
     }
+    let enqueued = t0.elapsed();
     comm.synchronize().map_err(e)?;
-    Ok(t0.elapsed().as_secs_f64() * 1e6 / iters.max(1) as f64)
+    let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / iters.max(1) as f64;
+    Ok((per(t0.elapsed()), per(enqueued)))
 }
 
 fn tensor<C: GradBackend>(comm: &C, n: usize, seed: u32) -> Result<Vec<C::Buf<f32>>, String> {
@@ -250,12 +264,13 @@ pub fn rows<C: GradBackend>(
             for (i, &n) in lens.iter().enumerate() {
                 list.push(tensor(comm, n, i as u32)?);
             }
-            let base = time(comm, warmup, iters, || {
+            let (base, base_host) = time_and_enqueue(comm, warmup, iters, || {
                 list.iter_mut().try_for_each(|t| g.all_reduce(t))
             })?;
-            let fused = time(comm, warmup, iters, || g.fused_all_reduce(&mut list))?;
+            let (fused, fused_host) =
+                time_and_enqueue(comm, warmup, iters, || g.fused_all_reduce(&mut list))?;
             let own = comm.own_queues();
-            let stream = time(comm, warmup, iters, || {
+            let (stream, stream_host) = time_and_enqueue(comm, warmup, iters, || {
                 let mut s = g.session(own.clone())?;
                 for t in list.iter_mut().rev() {
                     s.push(t)?;
@@ -263,15 +278,31 @@ pub fn rows<C: GradBackend>(
                 s.wait(&own)
             })?;
             let what = format!("resnet50 x{}", lens.len());
-            out.push(row("fused", &what, total, fused, "per-tensor", base));
-            out.push(row(
+            let host = |own: f64| {
+                vec![
+                    PartTime {
+                        name: "host enqueue".into(),
+                        time_us: own,
+                    },
+                    PartTime {
+                        name: "baseline host enqueue".into(),
+                        time_us: base_host,
+                    },
+                ]
+            };
+            let mut r = row("fused", &what, total, fused, "per-tensor", base);
+            r.parts = host(fused_host);
+            out.push(r);
+            let mut r = row(
                 "fused",
                 &format!("{what} stream"),
                 total,
                 stream,
                 "per-tensor",
                 base,
-            ));
+            );
+            r.parts = host(stream_host);
+            out.push(r);
         }
         CollectiveArg::Half => {
             for &s in sizes {

@@ -73,7 +73,8 @@ pub trait GradBackend: Collectives {
 }
 
 /// Blocks of a task's GPU launch: one for the one-block kinds, one per
-/// descriptor (up to 1024) for the copy, a block per 256 tiles for the
+/// descriptor (up to 1024) for the copy, four 16-byte words a thread for
+/// the single range, a block per 256 tiles for the
 /// compaction, and otherwise enough for 4 elements a thread, up to 1056
 /// blocks (8 per SM of an H200). No result depends on it.
 pub fn task_blocks(task: &Task) -> u32 {
@@ -82,6 +83,7 @@ pub fn task_blocks(task: &Task) -> u32 {
         None => 1,
         Some(k) if k.one_block() => 1,
         Some(TaskKind::Copy) => task.n.min(1024),
+        Some(TaskKind::CopyRange) => task.n.div_ceil(64 * threads).min(1056),
         Some(TaskKind::CountTiles) => task.tiles.div_ceil(threads),
         Some(TaskKind::WriteSelected) => task
             .tiles

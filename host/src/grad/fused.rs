@@ -241,7 +241,8 @@ fn reduce_plain<C: GradBackend>(
 
 /// One batched copy on rank `u`'s queue between `items` of `tensors` and
 /// the packed buffer at `base` (into it with `into`, out of it otherwise),
-/// keeping `holds` and the tensors alive until it has run.
+/// keeping `holds` and the tensors alive until it has run. A single item
+/// goes as one range by value, so a push uploads no descriptors.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn copy_items<C: GradBackend, L: AsRef<[C::Buf<f32>]>>(
     comm: &C,
@@ -253,6 +254,27 @@ pub(super) fn copy_items<C: GradBackend, L: AsRef<[C::Buf<f32>]>>(
     into: bool,
     mut holds: Vec<C::Hold>,
 ) -> Result<()> {
+    if let [it] = items {
+        // One tensor (a pushed gradient): by value, nothing to upload.
+        let t = &tensors[it.tensor].as_ref()[u];
+        let (at, bytes) = (base + 4 * it.offset as u64, 4 * it.len as u64);
+        let (src, dst) = if into {
+            (comm.addr(u, t), at)
+        } else {
+            (at, comm.addr(u, t))
+        };
+        holds.push(C::hold(t));
+        let task = Task {
+            kind: TaskKind::CopyRange as u64,
+            src,
+            dst,
+            n: bytes,
+            ..Task::default()
+        };
+        // SAFETY: the tensor and the packed buffer at `base` hold the range
+        // on this rank, and are held.
+        return unsafe { comm.run_task(u, q, task, holds) };
+    }
     let mut descs = Vec::new();
     for it in items {
         let t = &tensors[it.tensor].as_ref()[u];

@@ -42,10 +42,13 @@ pub enum TaskKind {
     /// `dst[index] += value` for the `n` pairs at `src` (a padding pair's
     /// index is [`PAD_INDEX`]); `arg` is the length of `dst`.
     ScatterAdd = 12,
+    /// `n` bytes from `src` to `dst` by every lane: one tensor's packing,
+    /// with nothing to upload first.
+    CopyRange = 13,
 }
 
 impl TaskKind {
-    pub const ALL: [TaskKind; 13] = [
+    pub const ALL: [TaskKind; 14] = [
         TaskKind::Copy,
         TaskKind::ToHalf,
         TaskKind::FromHalf,
@@ -59,6 +62,7 @@ impl TaskKind {
         TaskKind::WriteSelected,
         TaskKind::Fill,
         TaskKind::ScatterAdd,
+        TaskKind::CopyRange,
     ];
 
     pub fn from_u64(v: u64) -> Option<Self> {

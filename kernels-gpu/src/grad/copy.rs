@@ -1,6 +1,7 @@
 //! The batched copy: a list of [`CopyDesc`]s, each taken by one group of
 //! lanes (a GPU block), with 16-byte accesses where both ends and the
-//! length allow, else 4-byte words, else bytes.
+//! length allow, else 4-byte words, else bytes; and the single range, by
+//! all lanes.
 
 use crate::abi::{CopyDesc, Task, TASK_THREADS};
 use crate::device::Lanes;
@@ -28,15 +29,34 @@ pub unsafe fn run<L: Lanes>(g: &L, t: &Task) {
     let descs = t.src as *const CopyDesc;
     let mut d = me;
     while d < t.n {
-        let c = descs.add(d as usize).read();
-        if (c.src | c.dst | c.bytes).is_multiple_of(16) {
-            strided::<Pack>(c, sub, group);
-        } else if (c.src | c.dst | c.bytes).is_multiple_of(4) {
-            strided::<u32>(c, sub, group);
-        } else {
-            strided::<u8>(c, sub, group);
-        }
+        widest(descs.add(d as usize).read(), sub, group);
         d += groups;
+    }
+}
+
+/// Copies `t.n` bytes from `t.src` to `t.dst` with all lanes.
+///
+/// # Safety
+/// As for [`super::run_phase`]; the ranges may not overlap.
+pub unsafe fn range<L: Lanes>(g: &L, t: &Task) {
+    let c = CopyDesc {
+        src: t.src,
+        dst: t.dst,
+        bytes: t.n,
+    };
+    widest(c, g.lane(), g.lanes());
+}
+
+/// Items `sub, sub + group, …` of `c`, in the widest access both ends and
+/// the length allow.
+#[inline(always)]
+unsafe fn widest(c: CopyDesc, sub: u64, group: u64) {
+    if (c.src | c.dst | c.bytes).is_multiple_of(16) {
+        strided::<Pack>(c, sub, group);
+    } else if (c.src | c.dst | c.bytes).is_multiple_of(4) {
+        strided::<u32>(c, sub, group);
+    } else {
+        strided::<u8>(c, sub, group);
     }
 }
 

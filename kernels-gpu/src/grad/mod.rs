@@ -26,6 +26,7 @@ pub unsafe fn run_phase<L: Lanes>(g: &L, t: &Task, phase: u32) {
     };
     match kind {
         TaskKind::Copy => copy::run(g, t),
+        TaskKind::CopyRange => copy::range(g, t),
         TaskKind::ToHalf => convert::to_half(g, t),
         TaskKind::FromHalf => convert::from_half(g, t),
         TaskKind::Feedback => convert::feedback(g, t),
