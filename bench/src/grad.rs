@@ -20,7 +20,7 @@ use crate::metrics::CollectiveArg;
 use crate::report::now_iso;
 use ringreduce::grad::GradBackend;
 use ringreduce::half::f16;
-use ringreduce::kernels::abi::{Task, TaskKind};
+use ringreduce::kernels::abi::{tiles_for, SelectState, Task, TaskKind};
 use ringreduce::{Collective, GradConfig, GradSync, Op, Precision, Region, Sparsity};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
@@ -167,6 +167,38 @@ fn spread_tensor<C: GradBackend>(
         .collect()
 }
 
+/// Mean time of `task(u)` run on every rank `u`'s own queue at once.
+///
+/// # Safety
+/// Every task's addresses must be valid for it on its rank until the
+/// timing returns (it synchronises before it does).
+unsafe fn time_tasks<C: GradBackend>(
+    comm: &C,
+    warmup: usize,
+    iters: usize,
+    task: impl Fn(usize) -> Task,
+) -> Result<f64, String> {
+    let own = comm.own_queues();
+    time(comm, warmup, iters, || {
+        for (u, q) in own.iter().enumerate() {
+            // SAFETY: the caller's promise.
+            unsafe { comm.run_task(u, q, task(u), Vec::new())? };
+        }
+        Ok(())
+    })
+}
+
+/// `n` elements of `T` on every rank, zeroed.
+fn zeroed<C: GradBackend, T: ringreduce::RsElement>(
+    comm: &C,
+    n: usize,
+) -> Result<Vec<C::Buf<T>>, String> {
+    let own = comm.own_queues();
+    (0..comm.k())
+        .map(|u| comm.alloc::<T>(u, &own[u], n).map_err(|e| e.to_string()))
+        .collect()
+}
+
 /// [`pass_us`](GradReport::pass_us) at `n` elements: the error-feedback
 /// add `w = a + b` on every rank's own queue at once.
 fn time_pass<C: GradBackend>(
@@ -175,30 +207,81 @@ fn time_pass<C: GradBackend>(
     warmup: usize,
     iters: usize,
 ) -> Result<f64, String> {
-    let e = |e: ringreduce::Error| e.to_string();
-    let a = tensor(comm, n, 5)?;
-    let b = tensor(comm, n, 6)?;
-    let own = comm.own_queues();
-    let w: Vec<C::Buf<f32>> = (0..comm.k())
-        .map(|u| comm.alloc::<f32>(u, &own[u], n))
-        .collect::<Result<_, _>>()
-        .map_err(e)?;
-    time(comm, warmup, iters, || {
-        for u in 0..comm.k() {
-            let t = Task {
-                kind: TaskKind::Feedback as u64,
-                src: comm.addr(u, &a[u]),
-                aux: comm.addr(u, &b[u]),
-                dst: comm.addr(u, &w[u]),
-                n: n as u64,
-                ..Task::default()
-            };
-            // SAFETY: `a`, `b` and `w` hold `n` f32s on rank `u` and
-            // outlive the timing, which synchronises before it returns.
-            unsafe { comm.run_task(u, &own[u], t, Vec::new())? };
-        }
-        Ok(())
-    })
+    let (a, b) = (tensor(comm, n, 5)?, tensor(comm, n, 6)?);
+    let w = zeroed::<C, f32>(comm, n)?;
+    let t = |u: usize| Task {
+        kind: TaskKind::Feedback as u64,
+        src: comm.addr(u, &a[u]),
+        aux: comm.addr(u, &b[u]),
+        dst: comm.addr(u, &w[u]),
+        n: n as u64,
+        ..Task::default()
+    };
+    // SAFETY: `a`, `b` and `w` hold `n` f32s on each rank and outlive it.
+    unsafe { time_tasks(comm, warmup, iters, t) }
+}
+
+/// The sparse path's selection and compaction tasks timed alone at `n`
+/// elements (a selection of `cap` pairs, on gradient-like data), each on
+/// every rank at once: where a sparse call's time goes before the
+/// exchange.
+fn time_sparse_parts<C: GradBackend>(
+    comm: &C,
+    n: usize,
+    cap: usize,
+    warmup: usize,
+    iters: usize,
+) -> Result<Vec<PartTime>, String> {
+    let x = spread_tensor(comm, n, 9)?;
+    let w = zeroed::<C, f32>(comm, n)?;
+    let state = zeroed::<C, u64>(comm, SelectState::BYTES.div_ceil(8))?;
+    let tiles = tiles_for(n as u64);
+    let counts = zeroed::<C, u64>(comm, 2 * tiles as usize)?;
+    let pairs = zeroed::<C, u64>(comm, cap)?;
+    let base = |u: usize| Task {
+        src: comm.addr(u, &x[u]),
+        state: comm.addr(u, &state[u]),
+        aux: comm.addr(u, &counts[u]),
+        n: n as u64,
+        tiles,
+        ..Task::default()
+    };
+    // (part, kind, arg, writes the pairs, writes the residual to `w`)
+    let kinds = [
+        ("histogram pass", TaskKind::Histogram, 0, 0, 0),
+        ("count tiles", TaskKind::CountTiles, 0, 0, 0),
+        ("scan tiles (one block)", TaskKind::ScanTiles, 0, 0, 0),
+        (
+            "write pairs and residual",
+            TaskKind::WriteSelected,
+            cap as u64,
+            1,
+            1,
+        ),
+        ("fill", TaskKind::Fill, 0, 1, 0),
+    ];
+    let mut out = Vec::new();
+    for (name, kind, arg, to_w, res) in kinds {
+        let t = |u: usize| {
+            let (w, p) = (comm.addr(u, &w[u]), comm.addr(u, &pairs[u]));
+            Task {
+                kind: kind as u64,
+                arg,
+                dst: if kind == TaskKind::Fill { w } else { p * to_w },
+                aux2: w * res,
+                ..base(u)
+            }
+        };
+        // SAFETY: every buffer is sized for its task and outlives it; a
+        // zeroed state selects every non-zero element, of which the
+        // pairs keep the first `cap`.
+        let time_us = unsafe { time_tasks(comm, warmup, iters, t)? };
+        out.push(PartTime {
+            name: name.into(),
+            time_us,
+        });
+    }
+    Ok(out)
 }
 
 /// The `f16` all-reduce of `n` elements alone, on the own queues.
@@ -329,6 +412,7 @@ pub fn rows<C: GradBackend>(
                 let mut r = spread_tensor(comm, n, 3)?;
                 let base = time(comm, warmup, iters, || g.all_reduce(&mut t))?;
                 pass = Some(time_pass(comm, n, warmup, iters)?);
+                let parts = time_sparse_parts(comm, n, n.div_ceil(100), warmup, iters)?;
                 // Sparse forced at every density, to find the break-even.
                 let mut sg = GradSync::new(
                     comm,
@@ -347,7 +431,11 @@ pub fn rows<C: GradBackend>(
                         break_even = Some(d);
                     }
                     let name = format!("top-k {}%", d * 100.0);
-                    out.push(row("sparse", &name, n, sp, "f32 all-reduce", base));
+                    let mut r = row("sparse", &name, n, sp, "f32 all-reduce", base);
+                    if d == 0.01 {
+                        r.parts = parts.clone();
+                    }
+                    out.push(r);
                 }
             }
         }
