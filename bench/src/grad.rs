@@ -252,12 +252,13 @@ fn time_sparse_parts<C: GradBackend>(
         ("count tiles", TaskKind::CountTiles, 0, 0, 0),
         ("scan tiles (one block)", TaskKind::ScanTiles, 0, 0, 0),
         (
-            "write pairs and residual",
+            "write pairs (and tied residuals)",
             TaskKind::WriteSelected,
             cap as u64,
             1,
             1,
         ),
+        ("residual of the untied", TaskKind::ResidualUntied, 0, 0, 1),
         ("fill", TaskKind::Fill, 0, 1, 0),
     ];
     let mut out = Vec::new();

@@ -343,6 +343,16 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
             h.push(C::hold(&*pr));
             // SAFETY: `pr` holds `cap` pairs; the rest as above.
             unsafe { comm.run_task(u, q, task, h)? };
+            if task.aux2 != 0 {
+                let rest = Task {
+                    kind: TaskKind::ResidualUntied as u64,
+                    ..task
+                };
+                let h = hold_slots::<C>(&self.work, states, tile_counts, u);
+                // SAFETY: as above; it reads `w` and the state, writes the
+                // residual, which is not `w`.
+                unsafe { comm.run_task(u, q, rest, h)? };
+            }
         }
         {
             let mut ps = slots_mut(pairs);

@@ -33,9 +33,10 @@ pub enum TaskKind {
     /// selected count into the state.
     ScanTiles = 9,
     /// The selected `(index, value)` pairs of `src`, in index order, to
-    /// `dst` (padded to `arg` pairs), the rest to the residual `aux2`
-    /// (if not 0), and with `arg == u64::MAX` the selection as a dense
-    /// array to `dst` instead.
+    /// `dst` (padded to `arg` pairs), and the residual `aux2` (if not 0)
+    /// of the elements tied with the threshold; or with `arg == u64::MAX`
+    /// the selection as a dense array to `dst` and every element's
+    /// residual.
     WriteSelected = 10,
     /// `n` words at `dst` set to `arg`.
     Fill = 11,
@@ -45,10 +46,15 @@ pub enum TaskKind {
     /// `n` bytes from `src` to `dst` by every lane: one tensor's packing,
     /// with nothing to upload first.
     CopyRange = 13,
+    /// The residual `aux2` of the elements of `src` not tied with the
+    /// threshold (0 above it, the value below), element-wise and coalesced;
+    /// [`TaskKind::WriteSelected`] writes the tied ones, which need their
+    /// rank among the ties.
+    ResidualUntied = 14,
 }
 
 impl TaskKind {
-    pub const ALL: [TaskKind; 14] = [
+    pub const ALL: [TaskKind; 15] = [
         TaskKind::Copy,
         TaskKind::ToHalf,
         TaskKind::FromHalf,
@@ -63,6 +69,7 @@ impl TaskKind {
         TaskKind::Fill,
         TaskKind::ScatterAdd,
         TaskKind::CopyRange,
+        TaskKind::ResidualUntied,
     ];
 
     pub fn from_u64(v: u64) -> Option<Self> {

@@ -297,20 +297,24 @@ unsafe impl crate::device::Lanes for GpuLanes {
     }
 
     /// One shared add per distinct bin of the warp: `match.any` groups the
-    /// lanes by bin, and the lowest lane of each group adds its size.
+    /// lanes by bin, and the lowest lane of each group adds its size. A
+    /// warp with no bin at all (most of a late pass) skips the match.
     #[inline(always)]
     unsafe fn hist_count(&self, bin: u32) {
         asm!(
             "{{",
-            ".reg .pred %hp;",
+            ".reg .pred %hp, %hv, %hq;",
             ".reg .b32 %hpeers, %hlow, %hme, %hn;",
             ".reg .b64 %ha;",
-            "match.any.sync.b32 %hpeers, {bin}, 0xffffffff;",
+            "setp.ne.u32 %hv, {bin}, 0xffffffff;",
+            "vote.sync.any.pred %hq, %hv, 0xffffffff;",
+            "mov.u32 %hpeers, 0;",
+            "@%hq match.any.sync.b32 %hpeers, {bin}, 0xffffffff;",
             "neg.s32 %hlow, %hpeers;",
             "and.b32 %hlow, %hlow, %hpeers;",
             "mov.u32 %hme, %lanemask_eq;",
             "setp.eq.u32 %hp, %hlow, %hme;",
-            "setp.ne.and.u32 %hp, {bin}, 0xffffffff, %hp;",
+            "and.pred %hp, %hp, %hv;",
             "popc.b32 %hn, %hpeers;",
             concat!("mov.u64 %ha, ", crate::block_hist_array!(), ";"),
             "mad.wide.u32 %ha, {bin}, 4, %ha;",

@@ -7,7 +7,7 @@
 //! such by index; so its place is (above before it) + min(equal before it,
 //! take_equal), and the result does not depend on the lanes.
 
-use super::for_each_index;
+use super::{all_aligned, for_each_index, for_each_quad, Quad};
 use crate::abi::{magnitude, tile_range, SelectState, Task, PAD_INDEX, SCAN_LANES};
 use crate::device::Lanes;
 
@@ -103,7 +103,10 @@ pub unsafe fn scan_tiles<L: Lanes>(g: &L, t: &Task, phase: u32) {
 /// Writes the selection of `src`: as `(index, value bits)` pairs at `dst`,
 /// padded with [`PAD_INDEX`] pairs to `arg` (pairs past `arg` are dropped),
 /// or with `arg == u64::MAX` as a dense array (zeros elsewhere). With `aux2`
-/// not 0, every element's residual: 0 where sent, its value elsewhere.
+/// not 0, the residual (0 where sent, the value elsewhere): with pairs only
+/// of the elements tied with the threshold, since each lane walks its own
+/// tile and its stores would not coalesce ([`residual_untied`] writes the
+/// rest); dense, of every element, since `dst` may be `src` there.
 ///
 /// # Safety
 /// As for [`super::run_phase`].
@@ -132,7 +135,7 @@ pub unsafe fn write_selected<L: Lanes>(g: &L, t: &Task) {
                         .write(i | ((bits as u64) << 32));
                 }
             }
-            if !residual.is_null() {
+            if !residual.is_null() && (dense || m == th) {
                 residual
                     .add(i as usize)
                     .write(if sel { 0.0 } else { f32::from_bits(bits) });
@@ -150,6 +153,40 @@ pub unsafe fn write_selected<L: Lanes>(g: &L, t: &Task) {
                 .write(PAD_INDEX as u64);
         });
     }
+}
+
+/// The residual `aux2` of every element of `src` whose magnitude is not
+/// the threshold's: 0 above it (sent), the value below it.
+///
+/// # Safety
+/// As for [`super::run_phase`]; `aux2` may not overlap `src`.
+pub unsafe fn residual_untied<L: Lanes>(g: &L, t: &Task) {
+    let th = (*(t.state as *const SelectState)).threshold;
+    let (src, res) = (t.src as *const u32, t.aux2 as *mut u32);
+    let keep = |bits: u32| if magnitude(bits) as u64 > th { 0 } else { bits };
+    for_each_quad(
+        g,
+        t.n,
+        all_aligned(&[(t.src, 16), (t.aux2, 16)]),
+        |i| {
+            let x = (src.add(i as usize) as *const Quad<u32>).read().0;
+            if x.iter().all(|&b| magnitude(b) as u64 != th) {
+                (res.add(i as usize) as *mut Quad<u32>).write(Quad(x.map(keep)));
+            } else {
+                for (j, &b) in x.iter().enumerate() {
+                    if magnitude(b) as u64 != th {
+                        res.add(i as usize + j).write(keep(b));
+                    }
+                }
+            }
+        },
+        |i| {
+            let b = src.add(i as usize).read();
+            if magnitude(b) as u64 != th {
+                res.add(i as usize).write(keep(b));
+            }
+        },
+    );
 }
 
 /// `dst[index] += value` for the `n` pairs at `src` (one rank's: their

@@ -37,6 +37,7 @@ pub unsafe fn run_phase<L: Lanes>(g: &L, t: &Task, phase: u32) {
         TaskKind::CountTiles => compact::count_tiles(g, t),
         TaskKind::ScanTiles => compact::scan_tiles(g, t, phase),
         TaskKind::WriteSelected => compact::write_selected(g, t),
+        TaskKind::ResidualUntied => compact::residual_untied(g, t),
         TaskKind::Fill => convert::fill(g, t),
         TaskKind::ScatterAdd => compact::scatter_add(g, t),
     }
