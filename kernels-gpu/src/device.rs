@@ -52,6 +52,14 @@ pub unsafe trait Device {
     /// This lane's index in the block: `0..THREADS` are producers, `THREADS`
     /// is the control lane (every flag wait and signal).
     fn thread_idx(&self) -> u64;
+    /// [`thread_idx`](Self::thread_idx) read anew, for the branches after
+    /// a block barrier: Rust's inline assembly is not `convergent`, so with
+    /// one value LLVM threads the control lane's branch through the barrier
+    /// and gives it a copy of its own, which compute-sanitizer's synccheck
+    /// reports as divergent threads.
+    fn thread_idx_fresh(&self) -> u64 {
+        self.thread_idx()
+    }
     /// The channel this block runs (its place in its rank's share of the
     /// grid).
     fn channel(&self) -> u64;

@@ -136,13 +136,14 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
         aligned: w.aligned != 0,
     };
     let tid = d.thread_idx();
-    let control = tid == THREADS;
+    // Asked anew after every barrier (see `Device::thread_idx_fresh`).
+    let control = || d.thread_idx_fresh() == THREADS;
     let ctx = WaitCtx::of(&rank, &chan_at.read(), channel);
     // The control lane publishes a phase and waits for every peer's; the
     // barrier after it spreads whether a wait gave up.
     let exchange = |phase: u64| {
         let mut failed = false;
-        if control {
+        if control() {
             let value = 2 * e + 1 + phase;
             if !drop_ready(w, phase) {
                 signal(d, rank.scope(), [(call.ready(call.me), value)]);
@@ -163,14 +164,14 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
         }
         d.block_barrier_or(failed)
     };
-    if !control {
+    if tid != THREADS {
         stage::<D, T, O, THREADS>(d, &call, tid);
     }
     d.block_barrier_or(false);
     if exchange(0) {
         return;
     }
-    if !control {
+    if !control() {
         match (collective, algorithm) {
             (Collective::AllReduce, Algorithm::TwoShot) => {
                 reduce_own::<D, T, O, THREADS>(d, &call, tid)
@@ -184,11 +185,11 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
         if exchange(1) {
             return;
         }
-        if !control {
+        if !control() {
             gather_results::<D, T, O, THREADS>(d, &call, tid);
         }
     }
-    if control {
+    if control() {
         d.store_volatile(epoch_at, e + 1);
     }
 }

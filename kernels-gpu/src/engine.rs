@@ -112,12 +112,11 @@ pub unsafe fn run<D: Device + Handoff, T: Element, O: ReduceOp, const THREADS: u
         base: d.load_volatile(seq),
     };
     let tid = d.thread_idx();
-    let control = tid == THREADS;
-    if control {
+    if tid == THREADS {
         d.reset_release();
     }
     d.block_barrier_or(false);
-    if control {
+    if d.thread_idx_fresh() == THREADS {
         control_lane(d, &ch);
     } else {
         producer_lane::<D, T, O, THREADS>(d, &ch, tid);

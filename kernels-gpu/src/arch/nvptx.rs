@@ -89,6 +89,14 @@ unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
         t as u64
     }
 
+    /// Not `pure`: each read is a separate value to LLVM.
+    #[inline(always)]
+    fn thread_idx_fresh(&self) -> u64 {
+        let t: u32;
+        unsafe { asm!("mov.u32 {t}, %tid.x;", t = out(reg32) t, options(nomem, nostack)) };
+        t as u64
+    }
+
     #[inline(always)]
     fn channel(&self) -> u64 {
         self.channel
