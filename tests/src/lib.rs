@@ -97,44 +97,84 @@ pub fn gpu_comm_on(
 /// The GPU's resident blocks, shared by the tests that run at once (the
 /// harness runs several threads): a communicator whose blocks could not all
 /// be resident beside another test's would stall until its timeout, so a
-/// test waits for room before it creates one.
+/// test waits for room before it creates one. Requests are served in
+/// order, so a large one is not starved by small ones taken and given back
+/// around it; a thread that already holds blocks skips the queue, since it
+/// may be what the head of the queue waits for.
 pub struct BlockPool {
-    free: std::sync::Mutex<usize>,
+    total: usize,
+    state: std::sync::Mutex<PoolState>,
     freed: std::sync::Condvar,
+}
+
+struct PoolState {
+    free: usize,
+    /// The next ticket to hand out, and the one served next.
+    next: u64,
+    serving: u64,
 }
 
 static BLOCK_POOL: std::sync::OnceLock<BlockPool> = std::sync::OnceLock::new();
 
+thread_local! {
+    /// Blocks this thread holds.
+    static HELD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 impl BlockPool {
     fn new(blocks: usize) -> Self {
         BlockPool {
-            free: std::sync::Mutex::new(blocks),
+            total: blocks,
+            state: std::sync::Mutex::new(PoolState {
+                free: blocks,
+                next: 0,
+                serving: 0,
+            }),
             freed: std::sync::Condvar::new(),
         }
     }
 
     fn take(&self, blocks: usize) {
-        // A test that holds blocks while it asks for more would wait for
-        // itself: give up loudly rather than hang. Two minutes is longer
-        // than any test holds blocks, and shorter than a suite part's cap.
-        let limit = std::time::Duration::from_secs(120);
+        let held = HELD.get();
+        // A test that holds blocks while it asks for more than the rest
+        // would wait for itself: say so at once.
+        assert!(
+            held + blocks <= self.total,
+            "this test holds {held} GPU blocks and asks for {blocks} more of {}",
+            self.total
+        );
+        // Bounded all the same: give up loudly rather than hang.
+        let limit = std::time::Duration::from_secs(600);
         let start = std::time::Instant::now();
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        while *free < blocks {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let ticket = (held == 0).then(|| {
+            st.next += 1;
+            st.next - 1
+        });
+        while st.free < blocks || ticket.is_some_and(|t| t != st.serving) {
             let left = limit.checked_sub(start.elapsed()).unwrap_or_else(|| {
-                panic!("waited {limit:?} for {blocks} GPU blocks ({} free)", *free)
+                panic!(
+                    "waited {limit:?} for {blocks} GPU blocks ({} free)",
+                    st.free
+                )
             });
-            free = self
+            st = self
                 .freed
-                .wait_timeout(free, left)
+                .wait_timeout(st, left)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
-        *free -= blocks;
+        st.free -= blocks;
+        if ticket.is_some() {
+            st.serving += 1;
+        }
+        HELD.set(held + blocks);
+        self.freed.notify_all();
     }
 
     fn give(&self, blocks: usize) {
-        *self.free.lock().unwrap_or_else(|e| e.into_inner()) += blocks;
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).free += blocks;
+        HELD.set(HELD.get().saturating_sub(blocks));
         self.freed.notify_all();
     }
 }
@@ -157,5 +197,52 @@ impl Drop for Leased {
         if let Some(p) = BLOCK_POOL.get() {
             p.give(self.blocks);
         }
+    }
+}
+
+#[cfg(test)]
+mod pool_tests {
+    use super::BlockPool;
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_holder_asking_past_the_total_fails_at_once() {
+        let pool = Arc::new(BlockPool::new(4));
+        let p = pool.clone();
+        let t0 = Instant::now();
+        let r = std::thread::spawn(move || {
+            p.take(3);
+            p.take(2);
+        })
+        .join();
+        assert!(r.is_err());
+        assert!(t0.elapsed() < Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_large_request_is_served_before_later_small_ones() {
+        let pool = Arc::new(BlockPool::new(4));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let spawn = |name: &'static str, blocks: usize| {
+            let (p, o) = (pool.clone(), order.clone());
+            std::thread::spawn(move || {
+                p.take(blocks);
+                o.lock().unwrap().push(name);
+                std::thread::sleep(Duration::from_millis(20));
+                p.give(blocks);
+            })
+        };
+        pool.take(2);
+        let big = spawn("big", 4);
+        std::thread::sleep(Duration::from_millis(200));
+        // Two blocks are free, but the big request is ahead in the queue.
+        let small = spawn("small", 1);
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(order.lock().unwrap().is_empty());
+        pool.give(2);
+        big.join().unwrap();
+        small.join().unwrap();
+        assert_eq!(*order.lock().unwrap(), vec!["big", "small"]);
     }
 }
