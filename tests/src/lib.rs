@@ -89,7 +89,8 @@ pub fn gpu_comm_on(
     let k = devices.len();
     let comm = ringreduce::Communicator::with_placement(devices, config)?;
     let blocks = (k * comm.max_channels()).min(comm.resident_blocks());
-    let pool = BLOCK_POOL.get_or_init(|| BlockPool::new(comm.resident_blocks()));
+    let pool = BLOCK_POOL
+        .get_or_init(|| BlockPool::new(comm.resident_blocks(), std::time::Duration::from_secs(20)));
     pool.take(blocks);
     Ok(Leased { comm, blocks })
 }
@@ -97,21 +98,24 @@ pub fn gpu_comm_on(
 /// The GPU's resident blocks, shared by the tests that run at once (the
 /// harness runs several threads): a communicator whose blocks could not all
 /// be resident beside another test's would stall until its timeout, so a
-/// test waits for room before it creates one. Requests are served in
-/// order, so a large one is not starved by small ones taken and given back
-/// around it; a thread that already holds blocks skips the queue, since it
-/// may be what the head of the queue waits for.
+/// test waits for room before it creates one. Requests are served as room
+/// frees, for the most tests at once; one that has waited `patience`
+/// closes the pool to new requests until it is served, so small leases
+/// taken and given back around a large one cannot starve it (a thread that
+/// already holds blocks is never held back: the waiter may need its blocks).
 pub struct BlockPool {
     total: usize,
+    patience: std::time::Duration,
     state: std::sync::Mutex<PoolState>,
     freed: std::sync::Condvar,
 }
 
 struct PoolState {
     free: usize,
-    /// The next ticket to hand out, and the one served next.
-    next: u64,
-    serving: u64,
+    /// Requests so far (each request's id).
+    requests: u64,
+    /// The request that has waited its patience, if any.
+    starving: Option<u64>,
 }
 
 static BLOCK_POOL: std::sync::OnceLock<BlockPool> = std::sync::OnceLock::new();
@@ -122,13 +126,14 @@ thread_local! {
 }
 
 impl BlockPool {
-    fn new(blocks: usize) -> Self {
+    fn new(blocks: usize, patience: std::time::Duration) -> Self {
         BlockPool {
             total: blocks,
+            patience,
             state: std::sync::Mutex::new(PoolState {
                 free: blocks,
-                next: 0,
-                serving: 0,
+                requests: 0,
+                starving: None,
             }),
             freed: std::sync::Condvar::new(),
         }
@@ -147,29 +152,41 @@ impl BlockPool {
         let limit = std::time::Duration::from_secs(600);
         let start = std::time::Instant::now();
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let ticket = (held == 0).then(|| {
-            st.next += 1;
-            st.next - 1
-        });
-        while st.free < blocks || ticket.is_some_and(|t| t != st.serving) {
-            let left = limit.checked_sub(start.elapsed()).unwrap_or_else(|| {
+        let me = st.requests;
+        st.requests += 1;
+        loop {
+            let my_turn = held > 0 || st.starving.is_none_or(|s| s == me);
+            if my_turn && st.free >= blocks {
+                break;
+            }
+            let waited = start.elapsed();
+            if st.starving.is_none() && waited >= self.patience {
+                st.starving = Some(me);
+            }
+            let left = limit.checked_sub(waited).unwrap_or_else(|| {
                 panic!(
                     "waited {limit:?} for {blocks} GPU blocks ({} free)",
                     st.free
                 )
             });
+            // Wake at the patience mark too, to close the pool in time.
+            let nap = if st.starving.is_none() {
+                left.min(self.patience.saturating_sub(waited))
+            } else {
+                left
+            };
             st = self
                 .freed
-                .wait_timeout(st, left)
+                .wait_timeout(st, nap)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
         st.free -= blocks;
-        if ticket.is_some() {
-            st.serving += 1;
+        if st.starving == Some(me) {
+            st.starving = None;
+            self.freed.notify_all();
         }
         HELD.set(held + blocks);
-        self.freed.notify_all();
     }
 
     fn give(&self, blocks: usize) {
@@ -208,7 +225,7 @@ mod pool_tests {
 
     #[test]
     fn a_holder_asking_past_the_total_fails_at_once() {
-        let pool = Arc::new(BlockPool::new(4));
+        let pool = Arc::new(BlockPool::new(4, Duration::from_millis(50)));
         let p = pool.clone();
         let t0 = Instant::now();
         let r = std::thread::spawn(move || {
@@ -221,8 +238,8 @@ mod pool_tests {
     }
 
     #[test]
-    fn a_large_request_is_served_before_later_small_ones() {
-        let pool = Arc::new(BlockPool::new(4));
+    fn small_requests_share_until_a_large_one_has_waited() {
+        let pool = Arc::new(BlockPool::new(4, Duration::from_millis(1500)));
         let order = Arc::new(Mutex::new(Vec::new()));
         let spawn = |name: &'static str, blocks: usize| {
             let (p, o) = (pool.clone(), order.clone());
@@ -235,14 +252,22 @@ mod pool_tests {
         };
         pool.take(2);
         let big = spawn("big", 4);
-        std::thread::sleep(Duration::from_millis(200));
-        // Two blocks are free, but the big request is ahead in the queue.
-        let small = spawn("small", 1);
-        std::thread::sleep(Duration::from_millis(200));
-        assert!(order.lock().unwrap().is_empty());
+        std::thread::sleep(Duration::from_millis(50));
+        // Before the big request's patience runs out, a small one that
+        // fits is served at once.
+        spawn("early small", 1).join().unwrap();
+        std::thread::sleep(Duration::from_millis(2000));
+        // After it, the pool is closed to new requests: two blocks are
+        // free, yet this one waits for the big one.
+        let late = spawn("late small", 1);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(*order.lock().unwrap(), vec!["early small"]);
         pool.give(2);
         big.join().unwrap();
-        small.join().unwrap();
-        assert_eq!(*order.lock().unwrap(), vec!["big", "small"]);
+        late.join().unwrap();
+        assert_eq!(
+            *order.lock().unwrap(),
+            vec!["early small", "big", "late small"]
+        );
     }
 }
