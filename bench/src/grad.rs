@@ -246,30 +246,48 @@ fn time_sparse_parts<C: GradBackend>(
         tiles,
         ..Task::default()
     };
-    // (part, kind, arg, writes the pairs, writes the residual to `w`)
+    // (part, kind, arg, writes the pairs, writes the residual to `w`);
+    // the fill writes `w`.
     let kinds = [
-        ("histogram pass", TaskKind::Histogram, 0, 0, 0),
-        ("count tiles", TaskKind::CountTiles, 0, 0, 0),
-        ("scan tiles (one block)", TaskKind::ScanTiles, 0, 0, 0),
+        ("histogram pass", TaskKind::Histogram, 0, false, false),
+        ("count tiles", TaskKind::CountTiles, 0, false, false),
+        (
+            "scan tiles (one block)",
+            TaskKind::ScanTiles,
+            0,
+            false,
+            false,
+        ),
         (
             "write pairs (and tied residuals)",
             TaskKind::WriteSelected,
             cap as u64,
-            1,
-            1,
+            true,
+            true,
         ),
-        ("residual of the untied", TaskKind::ResidualUntied, 0, 0, 1),
-        ("fill", TaskKind::Fill, 0, 1, 0),
+        (
+            "residual of the untied",
+            TaskKind::ResidualUntied,
+            0,
+            false,
+            true,
+        ),
+        ("fill", TaskKind::Fill, 0, false, false),
     ];
     let mut out = Vec::new();
-    for (name, kind, arg, to_w, res) in kinds {
+    for (name, kind, arg, to_pairs, to_residual) in kinds {
         let t = |u: usize| {
             let (w, p) = (comm.addr(u, &w[u]), comm.addr(u, &pairs[u]));
+            let dst = match kind {
+                TaskKind::Fill => w,
+                _ if to_pairs => p,
+                _ => 0,
+            };
             Task {
                 kind: kind as u64,
                 arg,
-                dst: if kind == TaskKind::Fill { w } else { p * to_w },
-                aux2: w * res,
+                dst,
+                aux2: if to_residual { w } else { 0 },
                 ..base(u)
             }
         };
@@ -285,7 +303,8 @@ fn time_sparse_parts<C: GradBackend>(
     Ok(out)
 }
 
-/// The `f16` all-reduce of `n` elements alone, on the own queues.
+/// The `f16` all-reduce of `n` elements alone, on the own queues (timed
+/// once for both half rows: bf16 moves the same bytes).
 fn time_half_all_reduce<C: GradBackend>(
     comm: &C,
     n: usize,
