@@ -89,8 +89,11 @@ impl Default for GradConfig {
 /// Where the sparse exchange stops paying: it all-gathers 8 bytes per
 /// selected element from every rank (`k * 8 * d * n` bytes in), where the
 /// ring all-reduce moves about `2 * 4 * n`; so sparse wins below `d = 1/k`
-/// on bytes alone, less the selection's passes. See `bench/NOTES.md` for
-/// the measured break-even.
+/// on bytes alone, less the selection's passes. That rule is for one rank
+/// per GPU, where links bound the exchange (not yet measured). With
+/// virtual ranks on one H200 sparse was slower than dense at every density
+/// from 0.1% up, since there the passes over memory, not the exchange, set
+/// its cost (`bench/NOTES.md`, tenth session).
 pub const DEFAULT_DENSE_ABOVE: f64 = 0.05;
 
 /// The half-precision format of [`GradSync::all_reduce_half`].
