@@ -149,33 +149,45 @@ pub unsafe trait Lanes {
 /// The bin of an element a histogram does not count.
 pub const NO_BIN: u32 = u32::MAX;
 
-/// The private histogram of an execution whose lanes run one after
-/// another (each lane is its own block): counts in a cell, added to the
-/// global bins at the flush.
-pub struct SeqHist(core::cell::UnsafeCell<[u32; SELECT_BINS]>);
+/// A lane of an execution whose lanes run one after another on one thread
+/// (the CPU execution, and tests): each lane is its own block, its private
+/// histogram counts in a cell and is added to the global bins at the flush.
+pub struct SeqLanes {
+    lane: u64,
+    lanes: u64,
+    hist: core::cell::UnsafeCell<[u32; SELECT_BINS]>,
+}
 
-impl Default for SeqHist {
-    fn default() -> Self {
-        SeqHist(core::cell::UnsafeCell::new([0; SELECT_BINS]))
+impl SeqLanes {
+    /// Lane `lane` of `lanes`.
+    pub fn new(lane: u64, lanes: u64) -> Self {
+        SeqLanes {
+            lane,
+            lanes,
+            hist: core::cell::UnsafeCell::new([0; SELECT_BINS]),
+        }
     }
 }
 
-impl SeqHist {
-    pub fn begin(&self) {
-        // SAFETY: no reference into the cell outlives a method call.
-        unsafe { *self.0.get() = [0; SELECT_BINS] };
+// SAFETY: one thread runs the lanes one after another, so each flush adds
+// its block's counts alone; no reference into the cell outlives a call.
+unsafe impl Lanes for SeqLanes {
+    fn lane(&self) -> u64 {
+        self.lane
     }
-    pub fn count(&self, bin: u32) {
-        // SAFETY: as in `begin`.
-        if let Some(c) = unsafe { (*self.0.get()).get_mut(bin as usize) } {
+    fn lanes(&self) -> u64 {
+        self.lanes
+    }
+    unsafe fn hist_begin(&self) {
+        *self.hist.get() = [0; SELECT_BINS];
+    }
+    unsafe fn hist_count(&self, bin: u32) {
+        if let Some(c) = (*self.hist.get()).get_mut(bin as usize) {
             *c += 1;
         }
     }
-    /// # Safety
-    /// `global` must hold [`SELECT_BINS`] counts that no other thread
-    /// touches during the call.
-    pub unsafe fn flush(&self, global: *mut u32) {
-        for (b, &c) in (*self.0.get()).iter().enumerate() {
+    unsafe fn hist_flush(&self, global: *mut u32) {
+        for (b, &c) in (*self.hist.get()).iter().enumerate() {
             let p = global.add(b);
             p.write(p.read() + c);
         }

@@ -9,49 +9,15 @@ use proptest::prelude::*;
 use ringreduce_kernels::abi::{
     half_arg, tiles_for, HalfFormat, SelectState, Task, TaskKind, PAD_INDEX, SELECT_PASSES,
 };
-use ringreduce_kernels::device::{Lanes, SeqHist};
+use ringreduce_kernels::device::SeqLanes;
 use ringreduce_kernels::grad::run_phase;
-
-struct Seq {
-    lane: u64,
-    lanes: u64,
-    hist: SeqHist,
-}
-
-unsafe impl Lanes for Seq {
-    fn lane(&self) -> u64 {
-        self.lane
-    }
-    fn lanes(&self) -> u64 {
-        self.lanes
-    }
-    unsafe fn hist_begin(&self) {
-        self.hist.begin();
-    }
-    unsafe fn hist_count(&self, bin: u32) {
-        self.hist.count(bin);
-    }
-    unsafe fn hist_flush(&self, global: *mut u32) {
-        self.hist.flush(global);
-    }
-}
 
 /// Runs `t` as `lanes` lanes, phase by phase (one-block tasks too).
 fn run(t: Task, lanes: u64) {
     let phases = TaskKind::from_u64(t.kind).unwrap().phases();
     for p in 0..phases {
         for lane in 0..lanes {
-            unsafe {
-                run_phase(
-                    &Seq {
-                        lane,
-                        lanes,
-                        hist: SeqHist::default(),
-                    },
-                    &t,
-                    p,
-                )
-            };
+            unsafe { run_phase(&SeqLanes::new(lane, lanes), &t, p) };
         }
     }
 }

@@ -7,7 +7,7 @@ use super::comm::CpuCommunicator;
 use crate::element::RsElement;
 use crate::error::Result;
 use ringreduce_kernels::abi::{Task, TaskKind};
-use ringreduce_kernels::device::{Lanes, SeqHist};
+use ringreduce_kernels::device::SeqLanes;
 use ringreduce_kernels::grad::run_phase;
 
 /// Lanes of a CPU task: odd, so that every split leaves a tail, and more
@@ -21,31 +21,6 @@ impl Hold {
     /// Marks `buf` in use until the hold is dropped.
     pub fn of<T: RsElement>(buf: &HostBuffer<T>) -> Hold {
         Hold(buf.as_view().mem.begin_use())
-    }
-}
-
-struct CpuLanes {
-    lane: u64,
-    hist: SeqHist,
-}
-
-// SAFETY: the lanes run one after another on one thread, each its own
-// block, so each flush adds its counts alone.
-unsafe impl Lanes for CpuLanes {
-    fn lane(&self) -> u64 {
-        self.lane
-    }
-    fn lanes(&self) -> u64 {
-        CPU_TASK_LANES
-    }
-    unsafe fn hist_begin(&self) {
-        self.hist.begin();
-    }
-    unsafe fn hist_count(&self, bin: u32) {
-        self.hist.count(bin);
-    }
-    unsafe fn hist_flush(&self, global: *mut u32) {
-        self.hist.flush(global);
     }
 }
 
@@ -69,16 +44,7 @@ impl CpuCommunicator {
                 for p in 0..phases {
                     for lane in 0..CPU_TASK_LANES {
                         // SAFETY: the caller's promise.
-                        unsafe {
-                            run_phase(
-                                &CpuLanes {
-                                    lane,
-                                    hist: SeqHist::default(),
-                                },
-                                &task,
-                                p,
-                            )
-                        };
+                        unsafe { run_phase(&SeqLanes::new(lane, CPU_TASK_LANES), &task, p) };
                     }
                 }
             }),

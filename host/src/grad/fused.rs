@@ -146,7 +146,7 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
             slot(self.comm, &mut self.buckets[b], u, qu, cap)?;
         }
         let (comm, op) = (self.comm, self.op());
-        let mut bufs: Vec<&mut C::Buf<f32>> = bucket_bufs(&mut self.buckets[b]);
+        let mut bufs: Vec<&mut C::Buf<f32>> = self.buckets[b].all_mut();
         match mode {
             Reduce::Plain => reduce_plain(comm, &mut bufs, len, op, q),
             Reduce::Half(p, s) => {
@@ -210,16 +210,8 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
     }
 }
 
-/// Every rank's buffer of a slot set, allocated.
-fn bucket_bufs<B>(s: &mut Slots<B>) -> Vec<&mut B> {
-    s.bufs
-        .iter_mut()
-        .map(|b| &mut b.as_mut().expect("allocated").0)
-        .collect()
-}
-
 /// An in-place all-reduce of the first `n` elements of every rank's buffer.
-fn reduce_plain<C: GradBackend>(
+pub(super) fn reduce_plain<C: GradBackend>(
     comm: &C,
     bufs: &mut [&mut C::Buf<f32>],
     n: usize,
@@ -347,7 +339,7 @@ fn half_via<C: GradBackend, H: RsElement>(
         hh.push(comm.addr(u, h));
     }
     {
-        let mut bufs: Vec<&mut C::Buf<H>> = bucket_bufs(slots);
+        let mut bufs: Vec<&mut C::Buf<H>> = slots.all_mut();
         let mut regions: Vec<Region<'_, C::Buf<H>>> = bufs
             .iter_mut()
             .map(|b| Region::InPlace {

@@ -162,6 +162,14 @@ impl<B> Slots<B> {
             bufs: (0..k).map(|_| None).collect(),
         }
     }
+
+    /// Every rank's buffer, each allocated by [`slot`] before.
+    fn all_mut(&mut self) -> Vec<&mut B> {
+        self.bufs
+            .iter_mut()
+            .map(|b| &mut b.as_mut().expect("allocated").0)
+            .collect()
+    }
 }
 
 impl<'c, C: GradBackend> GradSync<'c, C> {
@@ -204,22 +212,34 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
     /// One buffer per rank, all of one length and on their ranks' devices:
     /// that length.
     fn check_tensor<T: RsElement>(&self, t: &[C::Buf<T>]) -> Result<usize> {
+        let n = t.first().map_or(0, |b| C::len_of(b));
+        self.check_lengths(t, n, |rank, got, want| Error::CountMismatch {
+            rank,
+            got,
+            want,
+        })?;
+        Ok(n)
+    }
+
+    /// One buffer per rank, each `n` long and on its rank's device; a
+    /// length that differs is `mismatch(rank, got, want)`.
+    fn check_lengths<T: RsElement>(
+        &self,
+        t: &[C::Buf<T>],
+        n: usize,
+        mismatch: fn(usize, u64, u64) -> Error,
+    ) -> Result<()> {
         let k = self.comm.k();
         if t.len() != k {
             return Err(Error::WrongBufferCount { got: t.len(), k });
         }
-        let n = C::len_of(&t[0]);
         for (u, b) in t.iter().enumerate() {
             if C::len_of(b) != n {
-                return Err(Error::CountMismatch {
-                    rank: u,
-                    got: C::len_of(b) as u64,
-                    want: n as u64,
-                });
+                return Err(mismatch(u, C::len_of(b) as u64, n as u64));
             }
             self.comm.check_placement(u, b)?;
         }
-        Ok(n)
+        Ok(())
     }
 }
 

@@ -7,7 +7,7 @@
 
 use super::backend::GradBackend;
 use super::bucket::{pieces, Item};
-use super::fused::{copy_items, copy_task};
+use super::fused::{copy_items, copy_task, reduce_plain};
 use super::{slot, GradSync, Slots, Sparsity};
 use crate::collectives::Region;
 use crate::error::{Error, Result};
@@ -22,10 +22,6 @@ pub struct SparseSent {
     /// Whether the selection went as one dense all-reduce.
     pub dense: bool,
 }
-
-/// Word of [`SelectState`] that holds the selected count.
-const COUNT_WORD: usize = 3;
-const _: () = assert!(std::mem::offset_of!(SelectState, count) == 8 * COUNT_WORD);
 
 impl<'c, C: GradBackend> GradSync<'c, C> {
     /// SINGA's `sparsification`: sends only the selected elements of
@@ -137,21 +133,11 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
     }
 
     fn check_residual(&self, r: &[C::Buf<f32>], n: usize) -> Result<()> {
-        let k = self.comm.k();
-        if r.len() != k {
-            return Err(Error::WrongBufferCount { got: r.len(), k });
-        }
-        for (u, b) in r.iter().enumerate() {
-            if C::len_of(b) != n {
-                return Err(Error::ResidualLength {
-                    rank: u,
-                    got: C::len_of(b) as u64,
-                    want: n as u64,
-                });
-            }
-            self.comm.check_placement(u, b)?;
-        }
-        Ok(())
+        self.check_lengths(r, n, |rank, got, want| Error::ResidualLength {
+            rank,
+            got,
+            want,
+        })
     }
 
     /// Packs (`into`) or unpacks a list's tensors at `items` of the packed
@@ -261,22 +247,10 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
                 for (u, q) in own.iter().enumerate() {
                     slot(comm, counts, u, q, k)?;
                 }
-                let mut sts = slots_mut(states);
-                let mut cs = slots_mut(counts);
-                let mut regions: Vec<Region<'_, C::Buf<u64>>> = sts
-                    .iter_mut()
-                    .zip(cs.iter_mut())
-                    .map(|(s, c)| Region::OutOfPlace {
-                        send: &**s,
-                        send_at: COUNT_WORD..COUNT_WORD + 1,
-                        recv: &mut **c,
-                        recv_at: 0..k,
-                    })
-                    .collect();
-                comm.collective_on(Collective::AllGather, &mut regions, Op::Sum, &own)?;
-                drop(regions);
+                let word = SelectState::COUNT_WORD;
+                gather_slots(comm, states, word..word + 1, counts, &own)?;
                 // The one host synchronisation of the threshold path.
-                let all = comm.read(0, cs[0], 0..k)?;
+                let all = comm.read(0, counts.all_mut()[0], 0..k)?;
                 all.into_iter().max().unwrap_or(0)
             }
         };
@@ -300,17 +274,7 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
                 // SAFETY: as above; `r[u]` is the held residual.
                 unsafe { comm.run_task(u, q, task, h)? };
             }
-            {
-                let mut bufs = slots_mut(&mut self.work);
-                let mut regions: Vec<Region<'_, C::Buf<f32>>> = bufs
-                    .iter_mut()
-                    .map(|b| Region::InPlace {
-                        buf: &mut **b,
-                        at: 0..n,
-                    })
-                    .collect();
-                comm.collective_on(Collective::AllReduce, &mut regions, Op::Sum, &own)?;
-            }
+            reduce_plain(comm, &mut self.work.all_mut(), n, Op::Sum, &own)?;
             for (u, q) in own.iter().enumerate() {
                 let mut descs = Vec::new();
                 pieces(g[u], at[u].0, n, false, &mut descs);
@@ -354,21 +318,7 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
                 unsafe { comm.run_task(u, q, rest, h)? };
             }
         }
-        {
-            let mut ps = slots_mut(pairs);
-            let mut gs = slots_mut(gathered);
-            let mut regions: Vec<Region<'_, C::Buf<u64>>> = ps
-                .iter_mut()
-                .zip(gs.iter_mut())
-                .map(|(p, g)| Region::OutOfPlace {
-                    send: &**p,
-                    send_at: 0..cap_n,
-                    recv: &mut **g,
-                    recv_at: 0..k * cap_n,
-                })
-                .collect();
-            comm.collective_on(Collective::AllGather, &mut regions, Op::Sum, &own)?;
-        }
+        gather_slots(comm, pairs, 0..cap_n, gathered, &own)?;
         for (u, q) in own.iter().enumerate() {
             let gb = &gathered.bufs[u].as_ref().expect("allocated").0;
             let ga = comm.addr(u, gb);
@@ -406,12 +356,28 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
     }
 }
 
-/// Every rank's allocated buffer of a slot set.
-fn slots_mut<B>(s: &mut Slots<B>) -> Vec<&mut B> {
-    s.bufs
-        .iter_mut()
-        .map(|b| &mut b.as_mut().expect("allocated").0)
-        .collect()
+/// An all-gather of `send_at` of every rank's `send` slot into the start of
+/// its `recv` slot (`k` times as long), on `queues`.
+fn gather_slots<C: GradBackend>(
+    comm: &C,
+    send: &mut Slots<C::Buf<u64>>,
+    send_at: std::ops::Range<usize>,
+    recv: &mut Slots<C::Buf<u64>>,
+    queues: &[C::Queue],
+) -> Result<()> {
+    let k = comm.k();
+    let mut regions: Vec<Region<'_, C::Buf<u64>>> = send
+        .all_mut()
+        .into_iter()
+        .zip(recv.all_mut())
+        .map(|(s, r)| Region::OutOfPlace {
+            send: &*s,
+            send_at: send_at.clone(),
+            recv: r,
+            recv_at: 0..k * send_at.len(),
+        })
+        .collect();
+    comm.collective_on(Collective::AllGather, &mut regions, Op::Sum, queues)
 }
 
 /// Holds of rank `u`'s work, state and tile buffers.

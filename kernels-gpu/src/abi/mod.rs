@@ -40,7 +40,27 @@ pub enum Collective {
     AllReduce = 2,
 }
 
+// `from_u64` indexes `ALL`: each value must sit at its discriminant.
+const _: () = {
+    let mut i = 0;
+    while i < Collective::ALL.len() {
+        assert!(Collective::ALL[i] as usize == i);
+        i += 1;
+    }
+    let mut i = 0;
+    while i < Algorithm::ALL.len() {
+        assert!(Algorithm::ALL[i] as usize == i);
+        i += 1;
+    }
+    let mut i = 0;
+    while i < task::TaskKind::ALL.len() {
+        assert!(task::TaskKind::ALL[i] as usize == i);
+        i += 1;
+    }
+};
+
 impl Collective {
+    /// Every value, in discriminant order (so `ALL[v]` has value `v`).
     pub const ALL: [Collective; 3] = [
         Collective::ReduceScatter,
         Collective::AllGather,
@@ -48,12 +68,7 @@ impl Collective {
     ];
 
     pub fn from_u64(v: u64) -> Option<Self> {
-        Some(match v {
-            0 => Collective::ReduceScatter,
-            1 => Collective::AllGather,
-            2 => Collective::AllReduce,
-            _ => return None,
-        })
+        Self::ALL.get(v as usize).copied()
     }
 
     /// The (send, recv) lengths of one rank for a count of `n` on `k`
@@ -106,15 +121,11 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// Every value, in discriminant order (so `ALL[v]` has value `v`).
     pub const ALL: [Algorithm; 3] = [Algorithm::Ring, Algorithm::OneShot, Algorithm::TwoShot];
 
     pub fn from_u64(v: u64) -> Option<Self> {
-        Some(match v {
-            0 => Algorithm::Ring,
-            1 => Algorithm::OneShot,
-            2 => Algorithm::TwoShot,
-            _ => return None,
-        })
+        Self::ALL.get(v as usize).copied()
     }
 
     /// The name the bench, the environment variable and the errors use.

@@ -180,6 +180,9 @@ pub struct SelectState {
 
 impl SelectState {
     pub const BYTES: usize = core::mem::size_of::<SelectState>();
+    /// The 8-byte word that holds [`count`](Self::count), which the host
+    /// all-gathers to size a threshold exchange.
+    pub const COUNT_WORD: usize = core::mem::offset_of!(SelectState, count) / 8;
 }
 
 /// Tiles of a compaction of `n` elements: enough that every lane of a

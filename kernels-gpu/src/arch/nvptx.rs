@@ -259,31 +259,13 @@ pub struct GpuLanes;
 unsafe impl crate::device::Lanes for GpuLanes {
     #[inline(always)]
     fn lane(&self) -> u64 {
-        let (t, b, n): (u32, u32, u32);
-        unsafe {
-            asm!(
-                "mov.u32 {t}, %tid.x;",
-                "mov.u32 {b}, %ctaid.x;",
-                "mov.u32 {n}, %ntid.x;",
-                t = out(reg32) t, b = out(reg32) b, n = out(reg32) n,
-                options(nomem, nostack, pure)
-            )
-        };
-        b as u64 * n as u64 + t as u64
+        let (t, n) = block_thread();
+        block_idx() * n as u64 + t as u64
     }
 
     #[inline(always)]
     fn lanes(&self) -> u64 {
-        let (g, n): (u32, u32);
-        unsafe {
-            asm!(
-                "mov.u32 {g}, %nctaid.x;",
-                "mov.u32 {n}, %ntid.x;",
-                g = out(reg32) g, n = out(reg32) n,
-                options(nomem, nostack, pure)
-            )
-        };
-        g as u64 * n as u64
+        grid_dim() * block_thread().1 as u64
     }
 
     /// Zeroes the shared bins, then a block barrier.
@@ -292,13 +274,7 @@ unsafe impl crate::device::Lanes for GpuLanes {
         let (tid, ntid) = block_thread();
         let mut b = tid;
         while b < SELECT_BINS as u32 {
-            asm!(
-                concat!("mov.u64 {a}, ", crate::block_hist_array!(), ";"),
-                "mad.wide.u32 {a}, {b}, 4, {a};",
-                "st.shared.u32 [{a}], 0;",
-                a = out(reg64) _, b = in(reg32) b,
-                options(nostack)
-            );
+            asm!("st.shared.u32 [{a}], 0;", a = in(reg64) hist_bin(b), options(nostack));
             b += ntid;
         }
         block_sync();
@@ -341,13 +317,7 @@ unsafe impl crate::device::Lanes for GpuLanes {
         let mut b = tid;
         while b < SELECT_BINS as u32 {
             let v: u32;
-            asm!(
-                concat!("mov.u64 {a}, ", crate::block_hist_array!(), ";"),
-                "mad.wide.u32 {a}, {b}, 4, {a};",
-                "ld.shared.u32 {v}, [{a}];",
-                a = out(reg64) _, b = in(reg32) b, v = out(reg32) v,
-                options(nostack)
-            );
+            asm!("ld.shared.u32 {v}, [{a}];", a = in(reg64) hist_bin(b), v = out(reg32) v, options(nostack));
             if v != 0 {
                 asm!(
                     "red.relaxed.gpu.global.add.u32 [{p}], {v};",
@@ -358,6 +328,21 @@ unsafe impl crate::device::Lanes for GpuLanes {
             b += ntid;
         }
     }
+}
+
+/// The shared-memory address of bin `b` of the block's histogram.
+#[inline(always)]
+fn hist_bin(b: u32) -> u64 {
+    let a: u64;
+    unsafe {
+        asm!(
+            concat!("mov.u64 {a}, ", crate::block_hist_array!(), ";"),
+            "mad.wide.u32 {a}, {b}, 4, {a};",
+            a = out(reg64) a, b = in(reg32) b,
+            options(nomem, nostack, pure)
+        )
+    };
+    a
 }
 
 /// `(%tid.x, %ntid.x)`.
