@@ -311,12 +311,8 @@ fn time_half_all_reduce<C: GradBackend>(
     warmup: usize,
     iters: usize,
 ) -> Result<f64, String> {
-    let e = |e: ringreduce::Error| e.to_string();
     let own = comm.own_queues();
-    let mut h: Vec<C::Buf<f16>> = (0..comm.k())
-        .map(|u| comm.alloc::<f16>(u, &own[u], n))
-        .collect::<Result<_, _>>()
-        .map_err(e)?;
+    let mut h = zeroed::<C, f16>(comm, n)?;
     time(comm, warmup, iters, || {
         let mut regions: Vec<Region<'_, C::Buf<f16>>> = h
             .iter_mut()

@@ -225,6 +225,27 @@ impl Collectives for Communicator {
     }
 }
 
+/// One backend's buffer views of `regions`: `out_of_place(send, send_at,
+/// recv, recv_at)` or `in_place(buf, at)` for each.
+fn views<'r, B, V>(
+    regions: &'r mut [Region<'_, B>],
+    mut out_of_place: impl FnMut(&'r B, Range<usize>, &'r mut B, Range<usize>) -> V,
+    mut in_place: impl FnMut(&'r mut B, Range<usize>) -> V,
+) -> Vec<V> {
+    regions
+        .iter_mut()
+        .map(|r| match r {
+            Region::OutOfPlace {
+                send,
+                send_at,
+                recv,
+                recv_at,
+            } => out_of_place(*send, send_at.clone(), &mut **recv, recv_at.clone()),
+            Region::InPlace { buf, at } => in_place(&mut **buf, at.clone()),
+        })
+        .collect()
+}
+
 /// A GPU collective over regions, on `streams`.
 pub(crate) fn gpu_collective<T: RsElement>(
     comm: &Communicator,
@@ -234,20 +255,13 @@ pub(crate) fn gpu_collective<T: RsElement>(
     streams: &[std::sync::Arc<cudarc::driver::CudaStream>],
 ) -> Result<()> {
     check_regions(regions, |b| b.len())?;
-    let mut bufs = Vec::with_capacity(regions.len());
-    for r in regions.iter_mut() {
-        bufs.push(match r {
-            Region::OutOfPlace {
-                send,
-                send_at,
-                recv,
-                recv_at,
-            } => {
-                Buffers::out_of_place(send.slice(send_at.clone()), recv.slice_mut(recv_at.clone()))
-            }
-            Region::InPlace { buf, at } => Buffers::in_place(buf.slice_mut(at.clone())),
-        });
-    }
+    let mut bufs = views(
+        regions,
+        |send, send_at, recv, recv_at| {
+            Buffers::out_of_place(send.slice(send_at), recv.slice_mut(recv_at))
+        },
+        |buf, at| Buffers::in_place(buf.slice_mut(at)),
+    );
     Communicator::collective(comm, c, &mut bufs, op, streams)
 }
 
@@ -303,20 +317,13 @@ impl Collectives for CpuCommunicator {
         op: Op,
     ) -> Result<()> {
         check_regions(regions, |b| b.len())?;
-        let mut bufs = Vec::with_capacity(regions.len());
-        for r in regions.iter_mut() {
-            bufs.push(match r {
-                Region::OutOfPlace {
-                    send,
-                    send_at,
-                    recv,
-                    recv_at,
-                } => {
-                    CpuBuffers::out_of_place(send.view(send_at.clone()), recv.view(recv_at.clone()))
-                }
-                Region::InPlace { buf, at } => CpuBuffers::in_place(buf.view(at.clone())),
-            });
-        }
+        let bufs = views(
+            regions,
+            |send, send_at, recv, recv_at| {
+                CpuBuffers::out_of_place(send.view(send_at), recv.view(recv_at))
+            },
+            |buf, at| CpuBuffers::in_place(buf.view(at)),
+        );
         CpuCommunicator::collective(self, c, &bufs, op)
     }
     fn synchronize(&self) -> Result<()> {

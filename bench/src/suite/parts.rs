@@ -390,18 +390,9 @@ impl Part {
         sizes: &str,
     ) -> (Status, String, Vec<String>) {
         let log = ctx.log(self.name);
-        let json = ctx.out.join(format!("{}.json", self.name));
+        let (mut c, json) = self.bench_command(ctx, common, sizes);
         let png = ctx.out.join(format!("{}.png", self.name));
-        let mut c = Command::new(ctx.bin_dir.join("ringreduce-bench"));
-        c.args(common.split_whitespace())
-            .args(sizes.split_whitespace())
-            .arg("-J")
-            .arg(&json)
-            .arg("--plot")
-            .arg(&png);
-        if ctx.cpu {
-            c.arg("--cpu");
-        }
+        c.arg("--plot").arg(&png);
         let (e, _) = run_logged(c, &log, limit);
         let files = vec![file_name(&log), file_name(&json), file_name(&png)];
         let report = std::fs::read_to_string(&json)
@@ -413,15 +404,9 @@ impl Part {
 }
 
 impl Part {
-    /// A gradient-layer bench run, judged from its JSON.
-    fn grad_bench(
-        &self,
-        ctx: &Ctx,
-        limit: Duration,
-        common: &str,
-        sizes: &str,
-    ) -> (Status, String, Vec<String>) {
-        let log = ctx.log(self.name);
+    /// The bench with this part's arguments, writing its JSON report to
+    /// the path returned beside it (on the CPU execution with `--cpu`).
+    fn bench_command(&self, ctx: &Ctx, common: &str, sizes: &str) -> (Command, PathBuf) {
         let json = ctx.out.join(format!("{}.json", self.name));
         let mut c = Command::new(ctx.bin_dir.join("ringreduce-bench"));
         c.args(common.split_whitespace())
@@ -431,6 +416,19 @@ impl Part {
         if ctx.cpu {
             c.arg("--cpu");
         }
+        (c, json)
+    }
+
+    /// A gradient-layer bench run, judged from its JSON.
+    fn grad_bench(
+        &self,
+        ctx: &Ctx,
+        limit: Duration,
+        common: &str,
+        sizes: &str,
+    ) -> (Status, String, Vec<String>) {
+        let log = ctx.log(self.name);
+        let (c, json) = self.bench_command(ctx, common, sizes);
         let (e, _) = run_logged(c, &log, limit);
         let files = vec![file_name(&log), file_name(&json)];
         let report = std::fs::read_to_string(&json)
