@@ -29,7 +29,7 @@ use crate::abi::{Algorithm, Collective, DirectPeer, RankConn, WaitKind, Work};
 use crate::abi::{DIRECT_FLAG_STRIDE, MAX_CHANNELS};
 use crate::device::Device;
 use crate::element::Element;
-use crate::flags::{signal, wait_at_least, WaitCtx, WaitSite};
+use crate::flags::{signal, wait_all_at_least, WaitCtx, WaitSite};
 use crate::op::ReduceOp;
 use crate::plan::{block_residue, PACK_BYTES};
 use crate::transfer::fold;
@@ -82,10 +82,14 @@ impl Call<'_> {
         (area + self.half + self.w.direct_result + residue + i * self.sz) as *mut T
     }
 
-    /// User `u`'s ready word for this channel.
+    /// Every user's ready word for this channel, as a closure over
+    /// copies, so that the out-of-line wait that takes it does not force
+    /// this call's state into local memory.
     #[inline(always)]
-    unsafe fn ready(&self, u: u64) -> u64 {
-        (*self.peers.add(u as usize)).ready + self.channel * DIRECT_FLAG_STRIDE
+    fn ready_words(&self) -> impl Fn(u64) -> u64 + Copy {
+        let (peers, channel) = (self.peers, self.channel);
+        // SAFETY: `peers` holds `k` entries (the planner's contract).
+        move |u: u64| unsafe { (*peers.add(u as usize)).ready + channel * DIRECT_FLAG_STRIDE }
     }
 
     /// This channel's share of block `b`: (offset in the block, length).
@@ -141,26 +145,24 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     let ctx = WaitCtx::of(&rank, &chan_at.read(), channel);
     // The control lane publishes a phase and waits for every peer's; the
     // barrier after it spreads whether a wait gave up.
+    let (words, me) = (call.ready_words(), call.me);
     let exchange = |phase: u64| {
         let mut failed = false;
         if control() {
             let value = 2 * e + 1 + phase;
             if !drop_ready(w, phase) {
-                signal(d, rank.scope(), [(call.ready(call.me), value)]);
+                signal(d, rank.scope(), [(words(me), value)]);
             }
-            for u in (0..call.k).filter(|&u| u != call.me) {
-                let site = WaitSite {
-                    kind: WaitKind::PeerReady,
-                    chunk: 0,
-                    step: phase,
-                    sub: u,
-                    expected: value,
-                };
-                if wait_at_least(d, ctx, call.ready(u), site).is_none() {
-                    failed = true;
-                    break;
-                }
-            }
+            let site = WaitSite {
+                kind: WaitKind::PeerReady,
+                chunk: 0,
+                step: phase,
+                sub: 0,
+                expected: value,
+            };
+            // Every peer's word; the own is skipped (address 0).
+            let peers = move |u: u64| if u == me { 0 } else { words(u) };
+            failed = !wait_all_at_least(d, ctx, call.k, peers, site);
         }
         d.block_barrier_or(failed)
     };
@@ -194,18 +196,48 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     }
 }
 
+/// The producer lanes split into one group per block, so that a small
+/// direct collective moves its blocks at once, not one after another; a
+/// large one moves the same bytes per lane either way. Group `g` runs
+/// blocks `g, g + groups, ...` of `count`.
+struct Groups {
+    /// This lane's first block, `count` when it has none.
+    first: u64,
+    groups: u64,
+    /// This lane's place in its group, and the group's size: the striping
+    /// of every fold it runs.
+    lanes: (u64, u64),
+}
+
+impl Groups {
+    #[inline(always)]
+    fn of(tid: u64, threads: u64, count: u64) -> Groups {
+        let groups = count.clamp(1, threads);
+        let size = threads / groups;
+        let group = tid / size;
+        Groups {
+            first: if group < groups { group } else { count },
+            groups,
+            lanes: (tid % size, size),
+        }
+    }
+}
+
 /// Copies this channel's share of the own input into the own staging.
 #[inline(always)]
 unsafe fn stage<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(d: &D, c: &Call, tid: u64) {
     let g = &c.w.geometry;
     let own = |i: u64| (c.w.send + i * c.sz) as *const T;
     // An all-gather's input is one block (its own); the others' every block.
-    let blocks = if c.collective == Collective::AllGather {
-        c.me..c.me + 1
+    let (first, count) = if c.collective == Collective::AllGather {
+        (c.me, 1)
     } else {
-        0..c.k
+        (0, c.k)
     };
-    for b in blocks {
+    let grp = Groups::of(tid, THREADS, count);
+    let mut i = grp.first;
+    while i < count {
+        let b = first + i;
         let (off, len) = c.part(b);
         let at = if c.collective == Collective::AllGather {
             off
@@ -213,7 +245,8 @@ unsafe fn stage<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(d: &D, c
             b * g.in_stride + off
         };
         let dst = c.staged::<T>(c.me, at);
-        fold::<D, T, O, THREADS, false, false>(d, tid, dst, dst, |_| own(at), 1, len, c.aligned, 1);
+        fold::<D, T, O, false, false>(d, grp.lanes, dst, dst, |_| own(at), 1, len, c.aligned, 1);
+        i += grp.groups;
     }
 }
 
@@ -226,20 +259,23 @@ unsafe fn reduce_staged<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     tid: u64,
 ) {
     let g = &c.w.geometry;
-    let blocks = if c.collective == Collective::ReduceScatter {
-        c.me..c.me + 1
+    let (first, count) = if c.collective == Collective::ReduceScatter {
+        (c.me, 1)
     } else {
-        0..c.k
+        (0, c.k)
     };
-    for b in blocks {
+    let grp = Groups::of(tid, THREADS, count);
+    let mut i = grp.first;
+    while i < count {
+        let b = first + i;
         let (off, len) = c.part(b);
         let at = b * g.in_stride + off;
         let out_at = b * g.out_stride + off;
         let dst = (c.w.recv + out_at * c.sz) as *mut T;
         let src = |u: u64| c.staged::<T>(u, at) as *const T;
-        fold::<D, T, O, THREADS, true, false>(
-            d, tid, dst, dst, src, c.k, len, c.aligned, c.k as u32,
-        );
+        let k = c.k as u32;
+        fold::<D, T, O, true, false>(d, grp.lanes, dst, dst, src, c.k, len, c.aligned, k);
+        i += grp.groups;
     }
 }
 
@@ -251,11 +287,14 @@ unsafe fn gather_staged<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     tid: u64,
 ) {
     let g = &c.w.geometry;
-    for p in 0..c.k {
+    let grp = Groups::of(tid, THREADS, c.k);
+    let mut p = grp.first;
+    while p < c.k {
         let (off, len) = c.part(p);
         let dst = (c.w.recv + (p * g.out_stride + off) * c.sz) as *mut T;
         let src = |_| c.staged::<T>(p, off) as *const T;
-        fold::<D, T, O, THREADS, false, false>(d, tid, dst, dst, src, 1, len, c.aligned, 1);
+        fold::<D, T, O, false, false>(d, grp.lanes, dst, dst, src, 1, len, c.aligned, 1);
+        p += grp.groups;
     }
 }
 
@@ -273,7 +312,8 @@ unsafe fn reduce_own<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     let dst = (c.w.recv + at * c.sz) as *mut T;
     let keep = c.result::<T>(c.me, off);
     let src = |u: u64| c.staged::<T>(u, at) as *const T;
-    fold::<D, T, O, THREADS, true, true>(d, tid, dst, keep, src, c.k, len, c.aligned, c.k as u32);
+    let lanes = (tid, THREADS);
+    fold::<D, T, O, true, true>(d, lanes, dst, keep, src, c.k, len, c.aligned, c.k as u32);
 }
 
 /// Two-shot all-reduce, second shot: every other block, from its owner's
@@ -285,11 +325,17 @@ unsafe fn gather_results<D: Device, T: Element, O: ReduceOp, const THREADS: u64>
     tid: u64,
 ) {
     let g = &c.w.geometry;
-    for p in (0..c.k).filter(|&p| p != c.me) {
+    let count = c.k - 1;
+    let grp = Groups::of(tid, THREADS, count);
+    let mut i = grp.first;
+    while i < count {
+        // The blocks other than the own, in order.
+        let p = if i < c.me { i } else { i + 1 };
         let (off, len) = c.part(p);
         let dst = (c.w.recv + (p * g.out_stride + off) * c.sz) as *mut T;
         let src = |_| c.result::<T>(p, off) as *const T;
-        fold::<D, T, O, THREADS, false, false>(d, tid, dst, dst, src, 1, len, c.aligned, 1);
+        fold::<D, T, O, false, false>(d, grp.lanes, dst, dst, src, 1, len, c.aligned, 1);
+        i += grp.groups;
     }
 }
 

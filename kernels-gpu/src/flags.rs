@@ -3,6 +3,8 @@
 
 use crate::abi::{ChannelConn, RankInfo, StatusRecord, WaitKind, WaitOutcome};
 use crate::device::{Device, Scope};
+use crate::plan::UNROLL;
+use crate::transfer::unroll8;
 
 /// Polls between two looks at the abort word and the clock. The abort word
 /// sits in host memory, so reading it costs a bus round trip; one look per
@@ -65,35 +67,102 @@ pub unsafe fn wait_at_least<D: Device>(
     site: WaitSite,
 ) -> Option<u64> {
     let flag = flag as *const u64;
-    let mut polls: u32 = 0;
-    let mut start: u64 = 0;
+    let mut patience = Patience::default();
     loop {
         let seen = d.load_acquire(flag, args.scope);
         if seen >= site.expected {
             return Some(seen);
         }
-        polls = polls.wrapping_add(1);
-        if polls.is_multiple_of(POLLS_PER_CHECK) {
-            let now = d.now_ns();
-            if start == 0 {
-                start = now.max(1);
-            }
-            let waited = now.saturating_sub(start);
-            let aborted =
-                args.abort_flag != 0 && d.load_volatile(args.abort_flag as *const u64) != 0;
-            let timed_out = args.timeout_ns != 0 && waited > args.timeout_ns;
-            if aborted || timed_out {
-                let outcome = if aborted {
-                    WaitOutcome::Aborted
-                } else {
-                    WaitOutcome::TimedOut
-                };
-                report(d, &args, outcome, site, seen, waited);
-                return None;
-            }
+        if let Some((outcome, waited)) = patience.give_up(d, &args) {
+            report(d, &args, outcome, site, seen, waited);
+            return None;
         }
         d.spin_hint();
     }
+}
+
+/// The bound on a wait: counts the polls that found a counter short, and
+/// every [`POLLS_PER_CHECK`] of them looks at the clock and the abort word.
+#[derive(Default)]
+struct Patience {
+    polls: u32,
+    start: u64,
+}
+
+impl Patience {
+    /// After a poll that found a counter short: the outcome and the time
+    /// waited, once the wait must give up.
+    #[inline(always)]
+    unsafe fn give_up<D: Device>(&mut self, d: &D, args: &WaitCtx) -> Option<(WaitOutcome, u64)> {
+        self.polls = self.polls.wrapping_add(1);
+        if !self.polls.is_multiple_of(POLLS_PER_CHECK) {
+            return None;
+        }
+        let now = d.now_ns();
+        if self.start == 0 {
+            self.start = now.max(1);
+        }
+        let waited = now.saturating_sub(self.start);
+        if args.abort_flag != 0 && d.load_volatile(args.abort_flag as *const u64) != 0 {
+            Some((WaitOutcome::Aborted, waited))
+        } else if args.timeout_ns != 0 && waited > args.timeout_ns {
+            Some((WaitOutcome::TimedOut, waited))
+        } else {
+            None
+        }
+    }
+}
+
+/// Spins until every counter `flag(0..count)` (a zero address is skipped)
+/// reaches `site.expected`, polling eight at a time with relaxed loads so
+/// that their round trips overlap, then acquires with one fence: a direct
+/// collective waits for all its peers at once, and acquire loads one peer
+/// after another would each wait for the one before. Gives up as
+/// [`wait_at_least`] does, reporting the first counter not yet reached as
+/// `site.sub`; returns whether every counter was reached.
+///
+/// # Safety
+/// Every nonzero `flag(i)` must be a valid flag address; `args` must
+/// describe this rank.
+#[inline(never)]
+pub unsafe fn wait_all_at_least<D: Device>(
+    d: &D,
+    args: WaitCtx,
+    count: u64,
+    flag: impl Fn(u64) -> u64,
+    site: WaitSite,
+) -> bool {
+    let mut patience = Patience::default();
+    let mut q = 0;
+    while q < count {
+        let seen = unroll8!(u => {
+            let f = if q + u < count { flag(q + u) } else { 0 };
+            if f == 0 {
+                u64::MAX
+            } else {
+                d.load_volatile(f as *const u64)
+            }
+        });
+        // Walked backwards with constant indices, so `seen` stays in
+        // registers: the first short slot wins.
+        let mut short = None;
+        for (u, &v) in seen.iter().enumerate().rev() {
+            if v < site.expected {
+                short = Some((q + u as u64, v));
+            }
+        }
+        let Some((sub, seen)) = short else {
+            q += UNROLL;
+            continue;
+        };
+        if let Some((outcome, waited)) = patience.give_up(d, &args) {
+            report(d, &args, outcome, WaitSite { sub, ..site }, seen, waited);
+            return false;
+        }
+        d.spin_hint();
+    }
+    d.fence(args.scope);
+    true
 }
 
 /// Writes this rank's status record, outcome last, so that a host reading

@@ -85,6 +85,8 @@ macro_rules! unroll8 {
     };
 }
 
+pub(crate) use unroll8;
+
 const _: () = assert!(UNROLL == 8, "unroll8! expands exactly UNROLL slots");
 
 /// Elements of `n` that go one by one before `dst` reaches a pack
@@ -253,30 +255,53 @@ fn finish_pack<T: Element, O: ReduceOp>(v: [u32; 4], k: u32) -> [u32; 4] {
     unsafe { core::mem::transmute_copy(&o) }
 }
 
+/// `load(0) op load(1) op ... op load(n - 1)`, in that order, with the
+/// loads issued eight at a time so that their round trips overlap: a
+/// small direct collective is a chain of such folds, and one source after
+/// another would pay each peer's latency in turn. Absent slots of a batch
+/// load a present source again and are not folded; one source is a copy. `n` must be at least 1.
+#[inline(always)]
+fn fold_batched<V: Copy>(n: u64, load: impl Fn(u64) -> V, apply: impl Fn(V, V) -> V) -> V {
+    if n == 1 {
+        return load(0);
+    }
+    // Folded with constant slots (`unroll8!`), so the batch stays in
+    // registers whatever the op's size.
+    let x = unroll8!(u => load(if u < n { u } else { 0 }));
+    let mut acc = x[0];
+    let _ = unroll8!(u => if u >= 1 && u < n {
+        acc = apply(acc, x[u as usize]);
+    });
+    let mut q = UNROLL;
+    while q < n {
+        let x = unroll8!(u => load(if q + u < n { q + u } else { q }));
+        let _ = unroll8!(u => if q + u < n {
+            acc = apply(acc, x[u as usize]);
+        });
+        q += UNROLL;
+    }
+    acc
+}
+
 /// Folds `sources` inputs into `dst` (and `dst2` when `DST2`), striped over
-/// `THREADS` producer lanes: `dst[i] = src(0)[i] op src(1)[i] op ...`, in
-/// that order whatever the lane, then finished when `FINISH`. One source
-/// copies. The direct collectives are made of it: their fold order is the
-/// user-rank order, so every rank's result has the same bits.
+/// `lanes` lanes (`lane` is this one): `dst[i] = src(0)[i] op src(1)[i] op
+/// ...`, in that order whatever the lane, then finished when `FINISH`. One
+/// source copies. The direct collectives are made of it: their fold order
+/// is the user-rank order, so every rank's result has the same bits. The
+/// striping is a runtime value so that the direct collectives can give
+/// each block its own group of lanes.
 ///
 /// When `aligned`, every source shares `dst`'s address modulo
 /// [`PACK_BYTES`] and the body moves `UNROLL` packs per lane and source.
 ///
 /// # Safety
 /// `src(u)` for `u < sources` and the destinations must be valid for `n`
-/// elements; a destination must not overlap a source.
+/// elements; a destination must not overlap a source; `sources >= 1`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn fold<
-    D: Device,
-    T: Element,
-    O: ReduceOp,
-    const THREADS: u64,
-    const FINISH: bool,
-    const DST2: bool,
->(
+pub unsafe fn fold<D: Device, T: Element, O: ReduceOp, const FINISH: bool, const DST2: bool>(
     d: &D,
-    tid: u64,
+    (lane, lanes): (u64, u64),
     dst: *mut T,
     dst2: *mut T,
     src: impl Fn(u64) -> *const T,
@@ -286,56 +311,38 @@ pub unsafe fn fold<
     k: u32,
 ) {
     let sz = size_of::<T>() as u64;
-    let one = |e: u64| {
-        let mut acc = src(0).add(e as usize).read();
-        for u in 1..sources {
-            acc = O::apply(acc, src(u).add(e as usize).read());
-        }
-        let v = if FINISH { O::finish(acc, k) } else { acc };
-        dst.add(e as usize).write(v);
-        if DST2 {
-            dst2.add(e as usize).write(v);
-        }
-    };
     let head = scalar_head::<T>(dst, n, aligned);
-    let mut e = tid;
-    while e < head {
-        one(e);
-        e += THREADS;
-    }
-    if head == n {
-        return;
-    }
-    let lanes = PACK_BYTES / sz;
-    let packs = (n - head) / lanes;
+    let lanes_per_pack = PACK_BYTES / sz;
+    let packs = (n - head) / lanes_per_pack;
     let byte = |p: *const T| p.add(head as usize) as *const u8;
-    let pd = dst.add(head as usize) as *mut u8;
+    let pd = dst.wrapping_add(head as usize) as *mut u8;
     let pd2 = dst2.wrapping_add(head as usize) as *mut u8;
     let at = |p: u64| (p * PACK_BYTES) as usize;
-    let round = UNROLL * THREADS;
-    let mut p = tid;
-    while p + (UNROLL - 1) * THREADS < packs {
+    let round = UNROLL * lanes;
+    let mut p = lane;
+    while p + (UNROLL - 1) * lanes < packs {
         let s0 = byte(src(0));
-        let mut acc = unroll8!(u => d.load_pack(s0.add(at(p + u * THREADS))));
+        let mut acc = unroll8!(u => d.load_pack(s0.add(at(p + u * lanes))));
         for q in 1..sources {
             let sq = byte(src(q));
-            let x = unroll8!(u => d.load_pack(sq.add(at(p + u * THREADS))));
+            let x = unroll8!(u => d.load_pack(sq.add(at(p + u * lanes))));
             acc = unroll8!(u => combine_pack::<T, O, REDUCE>(acc[u as usize], x[u as usize], k));
         }
         if FINISH {
             acc = unroll8!(u => finish_pack::<T, O>(acc[u as usize], k));
         }
-        unroll8!(u => d.store_pack(pd.add(at(p + u * THREADS)), acc[u as usize]));
+        unroll8!(u => d.store_pack(pd.add(at(p + u * lanes)), acc[u as usize]));
         if DST2 {
-            unroll8!(u => d.store_pack(pd2.add(at(p + u * THREADS)), acc[u as usize]));
+            unroll8!(u => d.store_pack(pd2.add(at(p + u * lanes)), acc[u as usize]));
         }
         p += round;
     }
     while p < packs {
-        let mut acc = d.load_pack(byte(src(0)).add(at(p)));
-        for q in 1..sources {
-            acc = combine_pack::<T, O, REDUCE>(acc, d.load_pack(byte(src(q)).add(at(p))), k);
-        }
+        let mut acc = fold_batched(
+            sources,
+            |q| d.load_pack(byte(src(q)).add(at(p))),
+            |a, x| combine_pack::<T, O, REDUCE>(a, x, k),
+        );
         if FINISH {
             acc = finish_pack::<T, O>(acc, k);
         }
@@ -343,11 +350,20 @@ pub unsafe fn fold<
         if DST2 {
             d.store_pack(pd2.add(at(p)), acc);
         }
-        p += THREADS;
+        p += lanes;
     }
-    let mut e = head + packs * lanes + tid;
-    while e < n {
-        one(e);
-        e += THREADS;
+    // The scalar head and tail, in one loop so that the body is one copy.
+    let tail = head + packs * lanes_per_pack;
+    for (from, to) in [(0, head), (tail, n)] {
+        let mut e = from + lane;
+        while e < to {
+            let acc = fold_batched(sources, |u| src(u).add(e as usize).read(), O::apply);
+            let v = if FINISH { O::finish(acc, k) } else { acc };
+            dst.add(e as usize).write(v);
+            if DST2 {
+                dst2.add(e as usize).write(v);
+            }
+            e += lanes;
+        }
     }
 }
