@@ -21,6 +21,9 @@ pub(crate) struct CommState {
     pub staging_bytes: u64,
     /// The algorithm asked for, read once at creation.
     pub algorithm: Algo,
+    /// The prefetch distance, read once at creation: the environment is
+    /// not read on every call's path.
+    prefetch_rounds: u64,
     /// Bytes of each direct staging half every rank has (0: none, the
     /// ring only).
     pub direct_half_bytes: u64,
@@ -44,6 +47,7 @@ impl CommState {
             ring,
             direct_half_bytes,
             algorithm: config.effective_algorithm()?,
+            prefetch_rounds: config.effective_prefetch_rounds(),
             config,
             max_channels,
             staging_bytes,
@@ -138,7 +142,7 @@ impl CommState {
             threads,
             channels: self.config.channels.map(|c| c as u64),
             max_channels: self.max_channels as u64,
-            prefetch_rounds: self.config.effective_prefetch_rounds(),
+            prefetch_rounds: self.prefetch_rounds,
             fault: self.hooks().lost_signal,
             algorithm: self.algorithm,
             direct_half_bytes: self.direct_half_bytes,
