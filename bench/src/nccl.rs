@@ -306,6 +306,7 @@ fn zero() -> Perf {
         wrong: None,
         busbw_vs_ceiling: None,
         vs_device_copy: None,
+        host_us: None,
     }
 }
 

@@ -23,6 +23,10 @@ pub struct Perf {
     /// `metrics::vs_device_copy`); 1.0 is the memory's limit.
     #[serde(default)]
     pub vs_device_copy: Option<f64>,
+    /// Host time to enqueue one collective, µs (launched rows only): when
+    /// it is close to `time_us`, the row is bound by the host, not the GPU.
+    #[serde(default)]
+    pub host_us: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

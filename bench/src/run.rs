@@ -18,6 +18,7 @@ use ringreduce::{
     reference, Algo, Collective, Collectives, CommConfig, Communicator, CpuCommunicator, DataType,
     Op, Region, RingOrder, RsElement,
 };
+use std::time::Instant;
 
 /// Largest size the CPU execution sweeps to: it exists to show the runner
 /// works, not to measure anything.
@@ -96,6 +97,7 @@ pub fn perf(k: usize, p: &Point, time_us: f64, wrong: Option<u64>, j: Judge) -> 
                 c.device_copy_gbps,
             )
         }),
+        host_us: None,
     }
 }
 
@@ -533,6 +535,7 @@ fn type_sweep<C: Clock, T: RsElement + FromSmall>(
         let (sl, rl) = c.lengths(k as u64, n as u64);
         let whole = sl.max(rl).max(1);
         let mut timed = [0.0f64; 2];
+        let mut host = [None, None];
         let mut wrong = [None, None];
         for (pi, in_place) in [false, true].into_iter().enumerate() {
             let mut launch = |it: usize| {
@@ -551,12 +554,15 @@ fn type_sweep<C: Clock, T: RsElement + FromSmall>(
                 (start, comm.mark()?)
             } else {
                 let start = comm.mark()?;
+                let t0 = Instant::now();
                 for it in 0..args.iters {
                     launch(it)?;
                     if args.blocking {
                         comm.synchronize()?;
                     }
                 }
+                let per = t0.elapsed().as_secs_f64() * 1e6 / args.iters.max(1) as f64;
+                host[pi] = (!args.blocking).then_some(per);
                 (start, comm.mark()?)
             };
             timed[pi] = comm.elapsed_us(&start, &stop)? / args.iters.max(1) as f64;
@@ -574,8 +580,14 @@ fn type_sweep<C: Clock, T: RsElement + FromSmall>(
             root: -1,
             channels: comm.channels_for::<T>(c, n) as u64,
             algorithm: comm.algorithm_for::<T>(c, n)?.name().into(),
-            out_of_place: perf(k, p, timed[0], wrong[0], judge),
-            in_place: perf(k, p, timed[1], wrong[1], judge),
+            out_of_place: Perf {
+                host_us: host[0],
+                ..perf(k, p, timed[0], wrong[0], judge)
+            },
+            in_place: Perf {
+                host_us: host[1],
+                ..perf(k, p, timed[1], wrong[1], judge)
+            },
         };
         pb.suspend(|| println!("{}", table::row(&row)));
         rows.push(row);

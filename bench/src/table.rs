@@ -256,6 +256,7 @@ mod tests {
             wrong: Some(w),
             busbw_vs_ceiling: Some(r),
             vs_device_copy: Some(r / 2.0),
+            host_us: None,
         }
     }
 

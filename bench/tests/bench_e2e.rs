@@ -154,6 +154,7 @@ fn json_schema_is_stable() {
                 wrong: Some(0),
                 busbw_vs_ceiling: None,
                 vs_device_copy: Some(0.25),
+                host_us: Some(0.5),
             },
             in_place: ringreduce_bench::report::Perf {
                 time_us: 1.0,
@@ -162,6 +163,7 @@ fn json_schema_is_stable() {
                 wrong: None,
                 busbw_vs_ceiling: Some(0.5),
                 vs_device_copy: None,
+                host_us: None,
             },
         }],
         nccl_rows: vec![],
