@@ -8,7 +8,7 @@ use crate::cpu::{CpuCommunicator, HostBuffer};
 use crate::element::RsElement;
 use crate::error::{Error, Result};
 use crate::gpu::Communicator;
-use cudarc::driver::{result, CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::{result, sys, CudaEvent, CudaSlice, CudaStream, DevicePtr};
 use ringreduce_kernels::abi::{Task, TaskKind, TASK_THREADS};
 use ringreduce_kernels::{Collective, Op};
 use std::sync::Arc;
@@ -25,9 +25,9 @@ pub trait GradBackend: Collectives {
     fn new_queues(&self) -> Result<Vec<Self::Queue>>;
     /// The queues the communicator's own calls use.
     fn own_queues(&self) -> Vec<Self::Queue>;
-    /// Makes `waiter` wait, on the device, for the work queued on `on` so
-    /// far.
-    fn order(&self, waiter: &Self::Queue, on: &Self::Queue) -> Result<()>;
+    /// Makes each `waiters[u]` wait, on the device, for the work queued on
+    /// `ons[u]` so far (one pair per rank).
+    fn order(&self, waiters: &[Self::Queue], ons: &[Self::Queue]) -> Result<()>;
     /// A zeroed buffer of `n` elements on rank `rank`, ready in order on
     /// `queue` (and freed in order on it when dropped).
     fn alloc<T: RsElement>(
@@ -104,10 +104,27 @@ impl GradBackend for Communicator {
     fn own_queues(&self) -> Vec<Arc<CudaStream>> {
         self.streams().to_vec()
     }
-    fn order(&self, waiter: &Arc<CudaStream>, on: &Arc<CudaStream>) -> Result<()> {
-        if waiter.cu_stream() != on.cu_stream() {
-            let e = on.record_event(None)?;
-            waiter.wait(&e)?;
+    /// Each distinct pair of streams once, with one event per distinct
+    /// `on` stream: ranks that share their streams (virtual ranks on one
+    /// GPU) would otherwise cost the host four driver calls per rank and
+    /// pair, which bound the streamed fused form (`bench/NOTES.md`).
+    fn order(&self, waiters: &[Arc<CudaStream>], ons: &[Arc<CudaStream>]) -> Result<()> {
+        let mut recorded: Vec<(sys::CUstream, CudaEvent)> = Vec::new();
+        let mut done: Vec<(sys::CUstream, sys::CUstream)> = Vec::new();
+        for (waiter, on) in waiters.iter().zip(ons) {
+            let pair = (waiter.cu_stream(), on.cu_stream());
+            if pair.0 == pair.1 || done.contains(&pair) {
+                continue;
+            }
+            done.push(pair);
+            let at = match recorded.iter().position(|(s, _)| *s == pair.1) {
+                Some(i) => i,
+                None => {
+                    recorded.push((pair.1, on.record_event(None)?));
+                    recorded.len() - 1
+                }
+            };
+            waiter.wait(&recorded[at].1)?;
         }
         Ok(())
     }
@@ -189,7 +206,7 @@ impl GradBackend for CpuCommunicator {
         vec![(); self.k()]
     }
     /// Every queue of a rank is its worker thread, in order already.
-    fn order(&self, _waiter: &(), _on: &()) -> Result<()> {
+    fn order(&self, _waiters: &[()], _ons: &[()]) -> Result<()> {
         Ok(())
     }
     fn alloc<T: RsElement>(&self, _rank: usize, _queue: &(), n: usize) -> Result<HostBuffer<T>> {

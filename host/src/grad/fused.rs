@@ -82,10 +82,8 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
         }
         // The buckets may still be in use by calls queued on the own
         // queues: the session's queues start after them.
-        for u in 0..k {
-            self.comm.order(&self.copy[u], &self.own[u])?;
-            self.comm.order(&self.net[u], &self.own[u])?;
-        }
+        self.comm.order(&self.copy, &self.own)?;
+        self.comm.order(&self.net, &self.own)?;
         Ok(Session {
             g: self,
             producers,
@@ -403,20 +401,16 @@ impl<'t, C: GradBackend> Session<'_, '_, 't, C> {
         }
         let g = &mut *self.g;
         if alone.is_some() {
-            for u in 0..net.len() {
-                g.comm.order(&net[u], &self.producers[u])?;
-                g.comm.order(&net[u], &copy[u])?;
-            }
+            g.comm.order(&net, &self.producers)?;
+            g.comm.order(&net, &copy)?;
             let mut bufs: Vec<&mut C::Buf<f32>> = tensor.iter_mut().collect();
             return reduce_plain(g.comm, &mut bufs, n, g.op(), &net);
         }
         let first = self.packer.items().len() == 1;
-        for u in 0..copy.len() {
-            g.comm.order(&copy[u], &self.producers[u])?;
-            if first {
-                // The bucket's last use (two buckets ago) is unpacked.
-                g.comm.order(&copy[u], &net[u])?;
-            }
+        g.comm.order(&copy, &self.producers)?;
+        if first {
+            // The bucket's last use (two buckets ago) is unpacked.
+            g.comm.order(&copy, &net)?;
         }
         let item = *self.packer.items().last().expect("just pushed");
         let tensor: &'t [C::Buf<f32>] = tensor;
@@ -452,12 +446,10 @@ impl<'t, C: GradBackend> Session<'_, '_, 't, C> {
                 k: g.net.len(),
             });
         }
-        for (u, q) in queues.iter().enumerate() {
-            g.comm.order(q, &g.net[u])?;
-            g.comm.order(q, &g.copy[u])?;
-            // Later calls on the own queues reuse the buckets.
-            g.comm.order(&g.own[u], &g.net[u])?;
-        }
+        g.comm.order(queues, &g.net)?;
+        g.comm.order(queues, &g.copy)?;
+        // Later calls on the own queues reuse the buckets.
+        g.comm.order(&g.own, &g.net)?;
         Ok(())
     }
 
@@ -466,9 +458,7 @@ impl<'t, C: GradBackend> Session<'_, '_, 't, C> {
     fn launch(&mut self, items: &[Item], len: usize) -> Result<()> {
         let g = &mut *self.g;
         let (copy, net) = (g.copy.clone(), g.net.clone());
-        for u in 0..net.len() {
-            g.comm.order(&net[u], &copy[u])?;
-        }
+        g.comm.order(&net, &copy)?;
         g.reduce_bucket(self.slot, len, Reduce::Plain, &net)?;
         // Its tensors are the first of the open list, in order.
         let items: Vec<Item> = items
@@ -492,10 +482,8 @@ impl<C: GradBackend> Drop for Session<'_, '_, '_, C> {
         if !self.done && self.pushed {
             let _ = self.flush();
             let g = &*self.g;
-            for u in 0..g.own.len() {
-                let _ = g.comm.order(&g.own[u], &g.net[u]);
-                let _ = g.comm.order(&g.own[u], &g.copy[u]);
-            }
+            let _ = g.comm.order(&g.own, &g.net);
+            let _ = g.comm.order(&g.own, &g.copy);
         }
     }
 }
