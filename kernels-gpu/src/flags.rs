@@ -114,10 +114,10 @@ impl Patience {
 }
 
 /// Spins until every counter `flag(0..count)` (a zero address is skipped)
-/// reaches `site.expected`, polling eight at a time with relaxed loads so
-/// that their round trips overlap, then acquires with one fence: a direct
-/// collective waits for all its peers at once, and acquire loads one peer
-/// after another would each wait for the one before. Gives up as
+/// reaches `site.expected`, polling eight at a time with volatile (relaxed)
+/// loads so that their round trips overlap, then acquires with one fence:
+/// a direct collective waits for all its peers at once, and acquire loads
+/// one peer after another would each wait for the one before. Gives up as
 /// [`wait_at_least`] does, reporting the first counter not yet reached as
 /// `site.sub`; returns whether every counter was reached.
 ///

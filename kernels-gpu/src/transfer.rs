@@ -259,7 +259,8 @@ fn finish_pack<T: Element, O: ReduceOp>(v: [u32; 4], k: u32) -> [u32; 4] {
 /// loads issued eight at a time so that their round trips overlap: a
 /// small direct collective is a chain of such folds, and one source after
 /// another would pay each peer's latency in turn. Absent slots of a batch
-/// load a present source again and are not folded; one source is a copy. `n` must be at least 1.
+/// load a present source again and are not folded; one source is a copy.
+/// `n` must be at least 1.
 #[inline(always)]
 fn fold_batched<V: Copy>(n: u64, load: impl Fn(u64) -> V, apply: impl Fn(V, V) -> V) -> V {
     if n == 1 {
