@@ -389,15 +389,11 @@ impl Part {
         common: &str,
         sizes: &str,
     ) -> (Status, String, Vec<String>) {
-        let log = ctx.log(self.name);
         let (mut c, json) = self.bench_command(ctx, common, sizes);
         let png = ctx.out.join(format!("{}.png", self.name));
         c.arg("--plot").arg(&png);
-        let (e, _) = run_logged(c, &log, limit);
-        let files = vec![file_name(&log), file_name(&json), file_name(&png)];
-        let report = std::fs::read_to_string(&json)
-            .ok()
-            .and_then(|t| serde_json::from_str::<Report>(&t).ok());
+        let (e, report, mut files) = self.run_bench::<Report>(ctx, limit, c, &json);
+        files.push(file_name(&png));
         let (s, f) = judge_sweep(&e, report.as_ref(), ctx.cpu);
         (s, f, files)
     }
@@ -419,6 +415,24 @@ impl Part {
         (c, json)
     }
 
+    /// Runs a bench command into this part's log and reads the JSON report
+    /// it wrote to `json`: how it ended, the report, and the files (log,
+    /// JSON).
+    fn run_bench<R: serde::de::DeserializeOwned>(
+        &self,
+        ctx: &Ctx,
+        limit: Duration,
+        c: Command,
+        json: &std::path::Path,
+    ) -> (Ended, Option<R>, Vec<String>) {
+        let log = ctx.log(self.name);
+        let (e, _) = run_logged(c, &log, limit);
+        let report = std::fs::read_to_string(json)
+            .ok()
+            .and_then(|t| serde_json::from_str::<R>(&t).ok());
+        (e, report, vec![file_name(&log), file_name(json)])
+    }
+
     /// A gradient-layer bench run, judged from its JSON.
     fn grad_bench(
         &self,
@@ -427,13 +441,8 @@ impl Part {
         common: &str,
         sizes: &str,
     ) -> (Status, String, Vec<String>) {
-        let log = ctx.log(self.name);
         let (c, json) = self.bench_command(ctx, common, sizes);
-        let (e, _) = run_logged(c, &log, limit);
-        let files = vec![file_name(&log), file_name(&json)];
-        let report = std::fs::read_to_string(&json)
-            .ok()
-            .and_then(|t| serde_json::from_str::<crate::grad::GradReport>(&t).ok());
+        let (e, report, files) = self.run_bench::<crate::grad::GradReport>(ctx, limit, c, &json);
         let (s, f) = match (&e, report) {
             (Ended::NotStarted(why), _) => (Status::Fail, format!("not started: {why}")),
             (Ended::TimedOut, _) => (Status::TimedOut, "killed at its time limit".into()),
