@@ -3,8 +3,9 @@
 //! `speedup`.
 //! - fused: ResNet-50's 161 gradients (`bench/data/resnet50_grads.tsv`),
 //!   one fused all-reduce with the default 25 MiB buckets, and the
-//!   streaming form (pushed in backward order, then `wait`), against one
-//!   all-reduce per tensor;
+//!   streaming form (pushed in backward order, then `wait`), and both again
+//!   with the gradients stored in the buckets (`bucketed`, no packing
+//!   copies), against one all-reduce per tensor;
 //! - half: the f16 and bf16 all-reduce of `f32` data, conversions
 //!   included, against the `f32` all-reduce of the same data;
 //! - sparse: top-K at a sweep of densities, against the dense `f32`
@@ -376,6 +377,25 @@ pub fn rows<C: GradBackend>(
                 }
                 s.wait(&own)
             })?;
+            // Gradients stored in their buckets (DDP's
+            // `gradient_as_bucket_view`): the same buckets, no copies.
+            let mut grads = g.bucketed(&lens).map_err(e)?;
+            for b in 0..grads.buckets() {
+                for u in 0..comm.k() {
+                    let buf = &mut grads.bucket_mut(b)[u];
+                    let ones = vec![1.0f32; C::len_of(buf)];
+                    comm.write(u, buf, 0, &ones).map_err(e)?;
+                }
+            }
+            let (view, view_host) =
+                time_and_enqueue(comm, warmup, iters, || g.all_reduce_bucketed(&mut grads))?;
+            let (view_stream, view_stream_host) = time_and_enqueue(comm, warmup, iters, || {
+                let mut s = g.bucketed_session(&mut grads, own.clone())?;
+                for t in (0..lens.len()).rev() {
+                    s.ready(t)?;
+                }
+                s.wait(&own)
+            })?;
             let what = format!("resnet50 x{}", lens.len());
             let host = |own: f64| {
                 vec![
@@ -402,6 +422,21 @@ pub fn rows<C: GradBackend>(
             );
             r.parts = host(stream_host);
             out.push(r);
+            for (form, t, h) in [
+                ("bucket view", view, view_host),
+                ("bucket view stream", view_stream, view_stream_host),
+            ] {
+                let mut r = row(
+                    "fused",
+                    &format!("{what} {form}"),
+                    total,
+                    t,
+                    "per-tensor",
+                    base,
+                );
+                r.parts = host(h);
+                out.push(r);
+            }
         }
         CollectiveArg::Half => {
             for &s in sizes {

@@ -312,6 +312,17 @@ pub enum Error {
     /// A sparse tensor too long for the 32-bit indices of its pairs.
     #[error("sparse all-reduce of {0} elements: at most 2^32 - 1 are indexed")]
     SparseTooLong(u64),
+    /// A tensor index past the list of a [`BucketedGrads`](crate::grad::BucketedGrads).
+    #[error("tensor {tensor} does not exist: the list has {tensors}")]
+    NoSuchTensor {
+        /// The index given.
+        tensor: usize,
+        /// Tensors in the list.
+        tensors: usize,
+    },
+    /// A tensor marked ready twice in one streaming step.
+    #[error("tensor {0} was already marked ready in this step")]
+    AlreadyReady(usize),
     /// A rank gave up waiting; boxed so that `Result<T, Error>` stays small.
     #[error("{0}")]
     Timeout(Box<TimeoutInfo>),

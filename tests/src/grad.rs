@@ -4,7 +4,7 @@
 
 use crate::data::Rng;
 use half::{bf16, f16};
-use ringreduce::grad::{GradBackend, Session};
+use ringreduce::grad::{BucketSession, BucketedGrads, GradBackend, Session};
 use ringreduce::reference::collective_by;
 use ringreduce::{Collective, Collectives, GradConfig, GradSync, Op, Precision, Sparsity};
 
@@ -159,6 +159,134 @@ pub fn session_matches_fused<C: GradBackend>(
         let (a, b) = (download(comm, a), download(comm, b));
         assert_eq!(a, b, "tensor {i} (len {})", lens[i]);
         checked += a.iter().map(Vec::len).sum::<usize>();
+    }
+    checked
+}
+
+/// Writes `data[t][u]` into tensor `t`'s place on rank `u`.
+pub fn fill<C: GradBackend>(comm: &C, grads: &mut BucketedGrads<C>, data: &[Vec<Vec<f32>>]) {
+    for (t, d) in data.iter().enumerate() {
+        let Some(p) = grads.place(t).cloned() else {
+            assert!(
+                d.iter().all(Vec::is_empty),
+                "tensor {t} has data but no place"
+            );
+            continue;
+        };
+        for (u, du) in d.iter().enumerate() {
+            comm.write(u, &mut grads.bucket_mut(p.bucket)[u], p.at.start, du)
+                .unwrap();
+        }
+    }
+}
+
+/// Panics unless the layout holds: every non-empty tensor in a bucket, in
+/// bounds, 4-element aligned, not overlapping another, and a bucket's
+/// members in list order; an empty tensor has no place. Returns each
+/// bucket's elements outside any tensor (alignment gaps), per rank.
+fn check_layout<C: GradBackend>(
+    grads: &BucketedGrads<C>,
+    lens: &[usize],
+) -> Vec<Vec<std::ops::Range<usize>>> {
+    assert_eq!(grads.tensors(), lens.len());
+    let mut gaps = Vec::new();
+    for b in 0..grads.buckets() {
+        let len = C::len_of(&grads.bucket(b)[0]);
+        let m = grads.members(b);
+        assert!(
+            !m.is_empty() && m.windows(2).all(|w| w[0] < w[1]),
+            "bucket {b} members"
+        );
+        let mut end = 0;
+        let mut g = Vec::new();
+        for &t in m {
+            let p = grads.place(t).expect("a member has a place");
+            assert_eq!((p.bucket, p.at.len()), (b, lens[t]), "tensor {t}");
+            assert!(
+                p.at.start >= end && p.at.start % 4 == 0,
+                "tensor {t} overlaps or is misaligned"
+            );
+            g.push(end..p.at.start);
+            end = p.at.end;
+        }
+        assert_eq!(end, len, "bucket {b} ends at its last tensor");
+        gaps.push(g);
+    }
+    for (t, &n) in lens.iter().enumerate() {
+        assert_eq!(grads.place(t).is_none(), n == 0, "tensor {t} of {n}");
+    }
+    gaps
+}
+
+/// Gradients stored in their buckets (`bucketed`), all-reduced in place,
+/// against the fused all-reduce of the same list: bitwise equal, the
+/// layout sound, and the alignment gaps still zero. With `stream`, through
+/// a [`BucketSession`] with the tensors marked ready in backward order.
+pub fn bucketed_matches_fused<C: GradBackend>(
+    comm: &C,
+    seed: u64,
+    count: usize,
+    max_len: usize,
+    cap_bytes: usize,
+    stream: bool,
+) -> usize {
+    let k = comm.k();
+    let mut rng = Rng(seed);
+    let lens = lengths(&mut rng, count, max_len);
+    let data: Vec<Vec<Vec<f32>>> = lens
+        .iter()
+        .map(|&n| (0..k).map(|_| values(&mut rng, n, 100, false)).collect())
+        .collect();
+    let cfg = GradConfig {
+        bucket_bytes: cap_bytes,
+        ..GradConfig::default()
+    };
+    let mut g = GradSync::new(comm, cfg).unwrap();
+    let mut want: Vec<Tensor<C>> = data.iter().map(|d| upload(comm, d)).collect();
+    g.fused_all_reduce(&mut want).unwrap();
+    let mut grads = g.bucketed(&lens).unwrap();
+    let gaps = check_layout(&grads, &lens);
+    // Two steps, as a training loop reuses its buckets.
+    for _step in 0..2 {
+        fill(comm, &mut grads, &data);
+        if stream {
+            let mut s: BucketSession<'_, '_, C> =
+                g.bucketed_session(&mut grads, comm.own_queues()).unwrap();
+            for t in (0..lens.len()).rev() {
+                s.ready(t).unwrap();
+            }
+            s.wait(&comm.own_queues()).unwrap();
+        } else {
+            g.all_reduce_bucketed(&mut grads).unwrap();
+        }
+    }
+    let mut checked = 0;
+    for (t, w) in want.iter().enumerate() {
+        let Some(p) = grads.place(t) else { continue };
+        let w = download(comm, w);
+        for (u, wu) in w.iter().enumerate() {
+            let got = comm
+                .read(u, &grads.bucket(p.bucket)[u], p.at.clone())
+                .unwrap();
+            assert_bits(
+                &got,
+                wu,
+                false,
+                &format!("tensor {t} (len {}) rank {u}", lens[t]),
+            );
+            checked += got.len();
+        }
+    }
+    for (b, g) in gaps.iter().enumerate() {
+        for u in 0..k {
+            let all = comm.download(u, &grads.bucket(b)[u]).unwrap();
+            for r in g {
+                assert!(
+                    all[r.clone()].iter().all(|&x| x == 0.0),
+                    "bucket {b} gap {r:?} rank {u}"
+                );
+            }
+        }
     }
     checked
 }

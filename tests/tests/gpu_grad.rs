@@ -8,8 +8,8 @@ use ringreduce::{
 };
 use ringreduce_tests::data::Rng;
 use ringreduce_tests::grad::{
-    fused_matches_per_tensor, half_matches_reference, results, session_matches_fused,
-    sparse_matches_selection, values,
+    bucketed_matches_fused, fused_matches_per_tensor, half_matches_reference, results,
+    session_matches_fused, sparse_matches_selection, values,
 };
 use ringreduce_tests::{gpu_comm, run_gpu_tests};
 
@@ -18,6 +18,10 @@ fn gpu_grad_fused(dev: usize) {
     let mut n = fused_matches_per_tensor(&*comm, 1, 500, 4096, 16 << 10, false);
     n += fused_matches_per_tensor(&*comm, 2, 24, 1 << 20, 2 << 20, false);
     n += session_matches_fused(&*comm, 4, 120, 64 << 10);
+    for stream in [false, true] {
+        n += bucketed_matches_fused(&*comm, 8, 300, 4096, 16 << 10, stream);
+        n += bucketed_matches_fused(&*comm, 9, 24, 1 << 20, 2 << 20, stream);
+    }
     // One communicator at a time: the second one's blocks may only fit
     // once the first has given its own back to the test pool.
     drop(comm);
@@ -138,8 +142,47 @@ fn gpu_grad_streams(dev: usize) {
             }
         }
     }
+    // The same with the gradients stored in buckets (`bucketed`), written
+    // on the users' streams and marked ready in backward order.
+    let mut grads = g.bucketed(&lens).unwrap();
+    for round in 0..3 {
+        for (u, s) in users.iter().enumerate() {
+            let (a, b) = &mut junk[u];
+            for _ in 0..4 {
+                s.memcpy_dtod(&*a, b).unwrap();
+            }
+            for (t, d) in data.iter().enumerate() {
+                let p = grads.place(t).unwrap().clone();
+                let v: Vec<f32> = d[u].iter().map(|x| x + 2.0 * round as f32).collect();
+                let bucket = &mut grads.bucket_mut(p.bucket)[u];
+                s.memcpy_htod(&v, &mut bucket.slice_mut(p.at)).unwrap();
+            }
+        }
+        {
+            let mut sess = g.bucketed_session(&mut grads, users.clone()).unwrap();
+            for t in (0..lens.len()).rev() {
+                sess.ready(t).unwrap();
+            }
+            sess.wait(&users).unwrap();
+        }
+        for (t, d) in data.iter().enumerate() {
+            let p = grads.place(t).unwrap().clone();
+            let want: Vec<f32> = (0..lens[t])
+                .map(|j| (0..k).map(|u| d[u][j] + 2.0 * round as f32).sum())
+                .collect();
+            for (u, s) in users.iter().enumerate() {
+                let got = s
+                    .clone_dtoh(&grads.bucket(p.bucket)[u].slice(p.at.clone()))
+                    .unwrap();
+                assert_eq!(got, want, "bucketed round {round} tensor {t} rank {u}");
+            }
+        }
+    }
     let _ = c.synchronize();
-    println!("gpu grad streams: 3 rounds of 5 tensors, ordered by events only, all correct");
+    println!(
+        "gpu grad streams: 3 rounds of 5 tensors pushed and 3 stored in buckets, \
+         ordered by events only, all correct"
+    );
 }
 
 fn main() -> std::process::ExitCode {

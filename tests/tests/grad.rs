@@ -3,13 +3,14 @@
 //! against a sort-based selection, and every bad input.
 
 use ringreduce::grad::GradBackend;
+use ringreduce::Collectives;
 use ringreduce::{
     Algo, CommConfig, CpuCommunicator, Error, GradConfig, GradSync, HostBuffer, Precision, Sparsity,
 };
 use ringreduce_tests::data::Rng;
 use ringreduce_tests::grad::{
-    download, fused_matches_per_tensor, half_matches_reference, session_matches_fused,
-    sparse_matches_selection, upload, values,
+    bucketed_matches_fused, download, fill, fused_matches_per_tensor, half_matches_reference,
+    session_matches_fused, sparse_matches_selection, upload, values,
 };
 
 #[test]
@@ -38,6 +39,73 @@ fn fused_is_bitwise_for_rounding_sums_on_the_direct_algorithms() {
 fn the_session_matches_the_whole_list() {
     let comm = CpuCommunicator::new(3).unwrap();
     assert!(session_matches_fused(&comm, 5, 40, 16 << 10) > 0);
+}
+
+#[test]
+fn bucketed_gradients_equal_the_fused_all_reduce() {
+    let comm = CpuCommunicator::new(4).unwrap();
+    for stream in [false, true] {
+        // Many small tensors, a cap smaller than some of them.
+        assert!(bucketed_matches_fused(&comm, 11, 500, 3000, 8 << 10, stream) > 0);
+        // Few large ones, up to 2^20 elements.
+        assert!(bucketed_matches_fused(&comm, 12, 6, 1 << 20, 1 << 20, stream) > 0);
+    }
+}
+
+/// The streaming form over buckets: a bad index or a second mark is a
+/// typed error that reduces nothing; `wait` with nothing marked does
+/// nothing; an unmarked tensor is reduced as it stands at `wait`.
+#[test]
+fn bucketed_session_rules() {
+    let k = 2;
+    let comm = CpuCommunicator::new(k).unwrap();
+    let cfg = GradConfig {
+        bucket_bytes: 64,
+        ..GradConfig::default()
+    };
+    let mut g = GradSync::new(&comm, cfg).unwrap();
+    let lens = [10, 0, 6, 30];
+    let mut grads = g.bucketed(&lens).unwrap();
+    let data: Vec<Vec<Vec<f32>>> = lens
+        .iter()
+        .map(|&n| (0..k).map(|u| vec![u as f32 + 1.0; n]).collect())
+        .collect();
+    fill(&comm, &mut grads, &data);
+    let read = |grads: &ringreduce::grad::BucketedGrads<CpuCommunicator>, t: usize| {
+        let p = grads.place(t).unwrap().clone();
+        comm.read(0, &grads.bucket(p.bucket)[0], p.at).unwrap()
+    };
+    // Nothing marked: nothing reduced.
+    g.bucketed_session(&mut grads, comm.own_queues())
+        .unwrap()
+        .wait(&comm.own_queues())
+        .unwrap();
+    assert_eq!(read(&grads, 0), vec![1.0; 10]);
+    let mut s = g.bucketed_session(&mut grads, comm.own_queues()).unwrap();
+    assert!(matches!(
+        s.ready(4),
+        Err(Error::NoSuchTensor {
+            tensor: 4,
+            tensors: 4
+        })
+    ));
+    s.ready(1).unwrap(); // empty: no bucket
+    assert!(matches!(s.ready(1), Err(Error::AlreadyReady(1))));
+    s.ready(3).unwrap();
+    assert!(matches!(s.ready(3), Err(Error::AlreadyReady(3))));
+    assert!(matches!(
+        s.wait(&[]),
+        Err(Error::WrongStreamCount { got: 0, k: 2 })
+    ));
+    // Tensors 0 and 2 were never marked; the dropped session reduced them.
+    for (t, n) in [(0, 10), (2, 6), (3, 30)] {
+        assert_eq!(read(&grads, t), vec![3.0; n], "tensor {t}");
+    }
+    assert!(grads.place(1).is_none());
+    assert!(matches!(
+        g.bucketed_session(&mut grads, vec![]),
+        Err(Error::WrongStreamCount { got: 0, k: 2 })
+    ));
 }
 
 #[test]
@@ -182,6 +250,16 @@ fn bad_input_is_a_typed_error_and_touches_nothing() {
     let s = g.session(comm.own_queues()).unwrap();
     s.wait(&comm.own_queues()).unwrap();
     assert!(unchanged(&t));
+    // `wait` with the wrong number of queues: a typed error, and the
+    // dropped session still reduces what was pushed.
+    let mut pushed = upload(&comm, &data);
+    let mut s = g.session(comm.own_queues()).unwrap();
+    s.push(&mut pushed).unwrap();
+    assert!(matches!(
+        s.wait(&[]),
+        Err(Error::WrongStreamCount { got: 0, k: 2 })
+    ));
+    assert_eq!(download(&comm, &pushed), vec![vec![3.0f32; 64]; k]);
 }
 
 /// The CPU execution's own results are deterministic run to run (the GPU

@@ -272,7 +272,7 @@ pub fn all() -> Vec<Part> {
         ),
         Part {
             name: "grad-fused-k8",
-            about: "the gradient layer: ResNet-50's 161 gradients fused (and streamed) against one all-reduce per tensor, k = 8",
+            about: "the gradient layer: ResNet-50's 161 gradients fused, streamed, and stored in the buckets, against one all-reduce per tensor, k = 8",
             est_s: (40, 10),
             cap_s: 600,
             job: Job::GradBench {

@@ -12,7 +12,7 @@ use ringreduce_kernels::{Collective, DataType, Op};
 
 /// How a bucket or tensor is reduced.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Reduce {
+pub(super) enum Reduce {
     Plain,
     /// Converted to half precision (divided by `k` first if `true`),
     /// all-reduced in it, converted back.
@@ -117,7 +117,7 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
         Ok(())
     }
 
-    fn reduce_tensor(
+    pub(super) fn reduce_tensor(
         &mut self,
         t: &mut [C::Buf<f32>],
         n: usize,
@@ -434,18 +434,19 @@ impl<'t, C: GradBackend> Session<'_, '_, 't, C> {
     /// device for every result; no host synchronisation. With nothing
     /// pushed it does nothing.
     pub fn wait(mut self, queues: &[C::Queue]) -> Result<()> {
+        if queues.len() != self.g.net.len() {
+            // Dropping the session still flushes and orders the buckets.
+            return Err(Error::WrongStreamCount {
+                got: queues.len(),
+                k: self.g.net.len(),
+            });
+        }
         self.done = true;
         if !self.pushed {
             return Ok(());
         }
         self.flush()?;
         let g = &*self.g;
-        if queues.len() != g.net.len() {
-            return Err(Error::WrongStreamCount {
-                got: queues.len(),
-                k: g.net.len(),
-            });
-        }
         g.comm.order(queues, &g.net)?;
         g.comm.order(queues, &g.copy)?;
         // Later calls on the own queues reuse the buckets.

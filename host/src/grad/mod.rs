@@ -56,10 +56,12 @@ mod backend;
 pub mod bucket;
 mod fused;
 mod sparse;
+mod view;
 
 pub use backend::{task_blocks, GradBackend};
 pub use fused::Session;
 pub use sparse::SparseSent;
+pub use view::{BucketSession, BucketedGrads, Place};
 
 use crate::element::RsElement;
 use crate::error::{Error, Result};
