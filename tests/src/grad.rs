@@ -203,7 +203,7 @@ fn check_layout<C: GradBackend>(
             let p = grads.place(t).expect("a member has a place");
             assert_eq!((p.bucket, p.at.len()), (b, lens[t]), "tensor {t}");
             assert!(
-                p.at.start >= end && p.at.start % 4 == 0,
+                p.at.start >= end && p.at.start.is_multiple_of(4),
                 "tensor {t} overlaps or is misaligned"
             );
             g.push(end..p.at.start);
