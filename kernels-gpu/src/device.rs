@@ -125,6 +125,23 @@ pub unsafe trait Lanes {
     fn lane(&self) -> u64;
     /// Lanes of the launch.
     fn lanes(&self) -> u64;
+    /// One 16-byte load as a single vector access (a plain read off the
+    /// GPU): the compiler splits a 16-byte copy into two 8-byte ones.
+    ///
+    /// # Safety
+    /// `p` must be valid and 16-byte aligned.
+    #[inline(always)]
+    unsafe fn load_pack(&self, p: *const u8) -> [u32; 4] {
+        (p as *const [u32; 4]).read()
+    }
+    /// One 16-byte store as a single vector access.
+    ///
+    /// # Safety
+    /// `p` must be valid and 16-byte aligned.
+    #[inline(always)]
+    unsafe fn store_pack(&self, p: *mut u8, v: [u32; 4]) {
+        (p as *mut [u32; 4]).write(v)
+    }
     /// Zeroes the block's private histogram of [`SELECT_BINS`] bins.
     ///
     /// # Safety

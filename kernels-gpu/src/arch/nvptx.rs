@@ -138,24 +138,12 @@ unsafe impl<const THREADS: u32> Device for Gpu<THREADS> {
 
     #[inline(always)]
     unsafe fn load_pack(&self, p: *const u8) -> [u32; 4] {
-        let (a, b, c, d): (u32, u32, u32, u32);
-        asm!(
-            "ld.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
-            a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
-            p = in(reg64) p,
-            options(nostack, readonly)
-        );
-        [a, b, c, d]
+        ld_v4(p)
     }
 
     #[inline(always)]
     unsafe fn store_pack(&self, p: *mut u8, v: [u32; 4]) {
-        asm!(
-            "st.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
-            p = in(reg64) p,
-            a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3],
-            options(nostack)
-        );
+        st_v4(p, v)
     }
 
     #[inline(always)]
@@ -252,6 +240,30 @@ pub fn grid_dim() -> u64 {
     t as u64
 }
 
+/// `ld.v4.u32`: one 16-byte load.
+#[inline(always)]
+unsafe fn ld_v4(p: *const u8) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    asm!(
+        "ld.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+        a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+        p = in(reg64) p,
+        options(nostack, readonly)
+    );
+    [a, b, c, d]
+}
+
+/// `st.v4.u32`: one 16-byte store.
+#[inline(always)]
+unsafe fn st_v4(p: *mut u8, v: [u32; 4]) {
+    asm!(
+        "st.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
+        p = in(reg64) p,
+        a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3],
+        options(nostack)
+    );
+}
+
 /// A thread of a task launch: lane `ctaid * ntid + tid` of the grid.
 #[derive(Clone, Copy, Default)]
 pub struct GpuLanes;
@@ -266,6 +278,16 @@ unsafe impl crate::device::Lanes for GpuLanes {
     #[inline(always)]
     fn lanes(&self) -> u64 {
         grid_dim() * block_thread().1 as u64
+    }
+
+    #[inline(always)]
+    unsafe fn load_pack(&self, p: *const u8) -> [u32; 4] {
+        ld_v4(p)
+    }
+
+    #[inline(always)]
+    unsafe fn store_pack(&self, p: *mut u8, v: [u32; 4]) {
+        st_v4(p, v)
     }
 
     /// Zeroes the shared bins, then a block barrier.
