@@ -6,6 +6,7 @@
 pub mod exec;
 pub mod figures;
 pub mod parts;
+pub mod profile;
 pub mod summary;
 
 use clap::{CommandFactory, FromArgMatches, Parser};

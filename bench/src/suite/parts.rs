@@ -61,6 +61,12 @@ enum Job {
     Sanitize,
     /// Thousands of mixed collectives on `k` ranks with no host sync.
     Soak(usize),
+    /// The bench under Nsight Compute at each size: the kernel's own time.
+    KernelTimes {
+        common: &'static str,
+        kernel: &'static str,
+        sizes: &'static [&'static str],
+    },
     /// A bench sweep: common flags, then the GPU or the CPU sizes.
     Sweep {
         common: &'static str,
@@ -118,6 +124,17 @@ pub fn all() -> Vec<Part> {
             est_s: (60, 1),
             cap_s: 600,
             job: Job::Sanitize,
+        },
+        Part {
+            name: "kernel-times-k8",
+            about: "the all-reduce kernel's own time under Nsight Compute (ncu), k = 8, f32 sum, Auto, at 8 B, 1 KiB and 32 KiB: the GPU's part of the latency, apart from launches; skipped on the CPU execution",
+            est_s: (60, 1),
+            cap_s: 300,
+            job: Job::KernelTimes {
+                common: "-g 8 -d float -o sum --collective all-reduce -n 20 -w 2",
+                kernel: "ringreduce_float_sum",
+                sizes: &["8", "1K", "32K"],
+            },
         },
         sweep(
             "bench-k4-256M-C1",
@@ -344,6 +361,11 @@ impl Part {
             }
             Job::Soak(k) => self.tests(ctx, limit, soak_runs(ctx.cpu, *k)),
             Job::Sanitize => sanitize(ctx, limit),
+            Job::KernelTimes {
+                common,
+                kernel,
+                sizes,
+            } => super::profile::kernel_times(ctx, limit, self.name, common, kernel, sizes),
             Job::Sweep { common, gpu, cpu } => {
                 self.sweep(ctx, limit, common, if ctx.cpu { cpu } else { gpu })
             }
@@ -511,15 +533,15 @@ fn soak_runs(cpu: bool, k: usize) -> Vec<TestRun> {
     vec![r]
 }
 
-/// compute-sanitizer: on PATH, else where the CUDA toolkit puts it.
-fn sanitizer() -> Option<PathBuf> {
+/// A CUDA toolkit program: on PATH, else where the toolkit puts it.
+pub fn cuda_tool(name: &str) -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH").and_then(|p| {
         std::env::split_paths(&p)
-            .map(|d| d.join("compute-sanitizer"))
+            .map(|d| d.join(name))
             .find(|f| f.is_file())
     });
     on_path.or_else(|| {
-        let f = PathBuf::from("/usr/local/cuda/bin/compute-sanitizer");
+        let f = PathBuf::from("/usr/local/cuda/bin").join(name);
         f.is_file().then_some(f)
     })
 }
@@ -532,7 +554,7 @@ fn sanitize(ctx: &Ctx, limit: Duration) -> (Status, String, Vec<String>) {
             vec![],
         );
     }
-    let Some(tool) = sanitizer() else {
+    let Some(tool) = cuda_tool("compute-sanitizer") else {
         return (
             Status::Skipped,
             "compute-sanitizer not found (PATH, /usr/local/cuda/bin)".into(),
