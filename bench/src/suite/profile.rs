@@ -59,7 +59,11 @@ pub fn kernel_times(
         let log = ctx.out.join(format!("{name}-{size}.log"));
         let _ = std::fs::remove_file(&log);
         let mut c = Command::new(&ncu);
-        c.args(["--csv", "--print-units", "base"])
+        // Nsight Compute locks the clocks to base and flushes the caches
+        // around each kernel by default; this project leaves the GPU's
+        // clocks alone, and a latency is measured with warm caches.
+        c.args(["--clock-control", "none", "--cache-control", "none"])
+            .args(["--csv", "--print-units", "base"])
             .args(["--metrics", "gpu__time_duration.sum"])
             .arg("--kernel-name")
             .arg(format!("regex:^{kernel}$"))
