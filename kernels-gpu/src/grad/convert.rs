@@ -1,7 +1,7 @@
 //! Element-wise tasks: `f32` to and from half precision, error feedback,
 //! and fill.
 
-use super::{all_aligned, for_each_quad, HalfQuad, Quad};
+use super::{all_aligned, for_each_quad, map_quads, HalfQuad, Quad};
 use crate::abi::{HalfFormat, Task};
 use crate::arch::{f16_bits_to_f32, f32_to_f16_bits};
 use crate::device::Lanes;
@@ -41,14 +41,15 @@ pub unsafe fn to_half<L: Lanes>(g: &L, t: &Task) {
             HalfFormat::Bf16 => f32_to_bf16_bits(x),
         }
     };
-    for_each_quad(
+    map_quads(
         g,
         t.n,
         all_aligned(&[(t.src, 16), (t.dst, 8)]),
-        |i| {
-            let x = (src.add(i as usize) as *const Quad<f32>).read().0;
+        // Converted in `store`, so a lane's four loads issue back to back.
+        |i| (src.add(i as usize) as *const Quad<f32>).read().0,
+        |i, x| {
             let h = HalfQuad([conv(x[0]), conv(x[1]), conv(x[2]), conv(x[3])]);
-            (dst.add(i as usize) as *mut HalfQuad).write(h);
+            (dst.add(i as usize) as *mut HalfQuad).write(h)
         },
         |i| dst.add(i as usize).write(conv(src.add(i as usize).read())),
     );
@@ -65,14 +66,14 @@ pub unsafe fn from_half<L: Lanes>(g: &L, t: &Task) {
         HalfFormat::F16 => f16_bits_to_f32(h),
         HalfFormat::Bf16 => bf16_bits_to_f32(h),
     };
-    for_each_quad(
+    map_quads(
         g,
         t.n,
         all_aligned(&[(t.src, 8), (t.dst, 16)]),
-        |i| {
-            let h = (src.add(i as usize) as *const HalfQuad).read().0;
+        |i| (src.add(i as usize) as *const HalfQuad).read().0,
+        |i, h| {
             let x = Quad([conv(h[0]), conv(h[1]), conv(h[2]), conv(h[3])]);
-            (dst.add(i as usize) as *mut Quad<f32>).write(x);
+            (dst.add(i as usize) as *mut Quad<f32>).write(x)
         },
         |i| dst.add(i as usize).write(conv(src.add(i as usize).read())),
     );
@@ -91,18 +92,19 @@ pub unsafe fn feedback<L: Lanes>(g: &L, t: &Task) {
         }
         dst.add(i as usize).write(x);
     };
-    for_each_quad(
+    map_quads(
         g,
         t.n,
         all_aligned(&[(t.src, 16), (t.aux, 16), (t.dst, 16)]),
         |i| {
-            let mut x = (src.add(i as usize) as *const Quad<f32>).read().0;
-            if !res.is_null() {
-                let r = (res.add(i as usize) as *const Quad<f32>).read().0;
-                x = [x[0] + r[0], x[1] + r[1], x[2] + r[2], x[3] + r[3]];
+            let x = (src.add(i as usize) as *const Quad<f32>).read().0;
+            if res.is_null() {
+                return x;
             }
-            (dst.add(i as usize) as *mut Quad<f32>).write(Quad(x));
+            let r = (res.add(i as usize) as *const Quad<f32>).read().0;
+            [x[0] + r[0], x[1] + r[1], x[2] + r[2], x[3] + r[3]]
         },
+        |i, x| (dst.add(i as usize) as *mut Quad<f32>).write(Quad(x)),
         one,
     );
 }

@@ -101,6 +101,45 @@ pub(crate) fn for_each_quad<L: Lanes>(
     }
 }
 
+/// Element-wise work over quads as [`for_each_quad`], split into
+/// `load(i) -> V` and `store(i, V)`: each lane loads its next four quads
+/// (a launch's stride apart) before it stores any of them. A store may
+/// alias a later load as far as the compiler knows, so quads done one at
+/// a time leave a lane one load in flight; the results are the same.
+#[inline(always)]
+pub(crate) fn map_quads<L: Lanes, V: Copy>(
+    g: &L,
+    n: u64,
+    aligned: bool,
+    load: impl Fn(u64) -> V,
+    store: impl Fn(u64, V),
+    one: impl FnMut(u64),
+) {
+    if !aligned {
+        for_each_index(g, n, one);
+        return;
+    }
+    let (quads, stride) = (n / 4, g.lanes());
+    let mut q = g.lane();
+    while q + 3 * stride < quads {
+        let at = [q, q + stride, q + 2 * stride, q + 3 * stride].map(|j| 4 * j);
+        let (a, b) = (load(at[0]), load(at[1]));
+        let (c, d) = (load(at[2]), load(at[3]));
+        store(at[0], a);
+        store(at[1], b);
+        store(at[2], c);
+        store(at[3], d);
+        q += 4 * stride;
+    }
+    while q < quads {
+        store(4 * q, load(4 * q));
+        q += stride;
+    }
+    let body = 4 * quads;
+    let mut one = one;
+    for_each_index(g, n - body, |j| one(body + j));
+}
+
 /// Whether each of `addrs` is a multiple of its alignment `(addr, align)`
 /// (a null address counts as aligned: the array is unused).
 #[inline(always)]
