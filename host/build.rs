@@ -74,12 +74,23 @@ fn main() {
 /// - `.minnctapersm 1`: one block per SM is all a rank ever has, so ptxas
 ///   need not save registers for a second one and can keep a whole unrolled
 ///   round of loads in flight (`bench/NOTES.md`).
+///
+/// The task entry (`abi::TASK_ENTRY`), whose launches are many blocks of
+/// `TASK_THREADS`, gets `TASK_MIN_BLOCKS_PER_SM` instead.
 fn with_module_additions(ptx: &str, n: u32) -> String {
+    use ringreduce_kernels::abi::{TASK_ENTRY, TASK_MIN_BLOCKS_PER_SM, TASK_THREADS};
     let mut out = String::with_capacity(ptx.len() + 4096);
     let mut in_entry_params = false;
+    let mut bounds = (n, 1);
     for line in ptx.lines() {
         if line.starts_with(".visible .entry") || line.starts_with(".entry") {
             in_entry_params = true;
+            let task = line.contains(&format!(" {TASK_ENTRY}("));
+            bounds = if task {
+                (TASK_THREADS, TASK_MIN_BLOCKS_PER_SM)
+            } else {
+                (n, 1)
+            };
         }
         out.push_str(line);
         out.push('\n');
@@ -88,7 +99,10 @@ fn with_module_additions(ptx: &str, n: u32) -> String {
             out.push('\n');
         }
         if in_entry_params && line.trim_start().starts_with(')') {
-            out.push_str(&format!(".maxntid {n}, 1, 1\n.minnctapersm 1\n"));
+            let (threads, blocks) = bounds;
+            out.push_str(&format!(
+                ".maxntid {threads}, 1, 1\n.minnctapersm {blocks}\n"
+            ));
             in_entry_params = false;
         }
     }

@@ -17,7 +17,7 @@ pub const COPY_GRID_KERNEL: &str = "ringreduce_copy_grid";
 pub const PINGPONG_KERNEL: &str = "ringreduce_pingpong";
 pub const REDUCE_BLOCK_KERNEL: &str = "ringreduce_reduce_block";
 /// The gradient layer's one entry (`ringreduce_kernels::grad`).
-pub const TASK_KERNEL: &str = "ringreduce_task";
+pub const TASK_KERNEL: &str = ringreduce_kernels::abi::TASK_ENTRY;
 
 /// Every kernel entry the PTX must contain.
 pub fn all_kernel_names() -> Vec<String> {

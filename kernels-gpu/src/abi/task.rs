@@ -155,6 +155,15 @@ pub const SCAN_LANES: usize = 256;
 /// Threads per block of a task launch.
 pub const TASK_THREADS: u32 = 256;
 
+/// The task kernel's entry name.
+pub const TASK_ENTRY: &str = "ringreduce_task";
+
+/// Blocks of a task launch that must fit on one SM at once: its launch
+/// bounds, so ptxas keeps it within 128 registers. At 134 (one block per
+/// SM) the histogram, compaction and residual passes ran 1.3-1.8x slower
+/// (`bench/NOTES.md`, twelfth session); at 3 or more it spills.
+pub const TASK_MIN_BLOCKS_PER_SM: u32 = 2;
+
 /// A radix select's digits: 8 bits each over the 31 magnitude bits.
 pub const SELECT_PASSES: u64 = 4;
 pub const SELECT_BINS: usize = 256;
