@@ -1,7 +1,7 @@
 //! The embedded PTX holds every kernel and calls nothing it does not define.
 
 use ringreduce::gpu::module::{all_kernel_names, PTX};
-use ringreduce::kernels::abi::BLOCK_THREADS;
+use ringreduce::kernels::abi::{BLOCK_THREADS, TASK_ENTRY, TASK_MIN_BLOCKS_PER_SM, TASK_THREADS};
 
 #[test]
 fn every_kernel_entry_is_present() {
@@ -32,11 +32,18 @@ fn targets_the_requested_architecture() {
     );
 }
 
+/// The collectives' bounds on every entry but the task's, which has its
+/// own (many blocks of `TASK_THREADS` per SM).
 #[test]
 fn every_entry_has_launch_bounds() {
     let entries = PTX.matches(".entry ").count();
-    assert!(entries > 0);
-    let bound = format!(".maxntid {BLOCK_THREADS}, 1, 1");
-    assert_eq!(PTX.matches(bound.as_str()).count(), entries);
-    assert_eq!(PTX.matches(".minnctapersm 1\n").count(), entries);
+    assert!(entries > 1);
+    let bound = format!(".maxntid {BLOCK_THREADS}, 1, 1\n.minnctapersm 1\n");
+    assert_eq!(PTX.matches(bound.as_str()).count(), entries - 1);
+    let task = PTX
+        .split(".entry ")
+        .find(|e| e.starts_with(&format!("{TASK_ENTRY}(")))
+        .expect("the task entry");
+    let bound = format!(".maxntid {TASK_THREADS}, 1, 1\n.minnctapersm {TASK_MIN_BLOCKS_PER_SM}\n");
+    assert!(task.contains(&bound), "the task entry's bounds");
 }
