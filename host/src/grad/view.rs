@@ -3,6 +3,27 @@
 //! and hands out each tensor's place in them, the backward pass writes the
 //! gradients there, and the fused all-reduce then runs on the buckets in
 //! place, with no packing or unpacking copy.
+//!
+//! ```rust
+//! use ringreduce::{Collectives, CpuCommunicator, GradConfig, GradSync};
+//! let comm = CpuCommunicator::new(2)?;
+//! let mut sync = GradSync::new(&comm, GradConfig::default())?;
+//! let mut grads = sync.bucketed(&[1000, 10, 300_000])?; // once, at model setup
+//! // Each step: the backward pass writes every gradient into its place...
+//! for t in (0..3).rev() {
+//!     let p = grads.place(t).unwrap().clone();
+//!     for u in 0..2 {
+//!         let g = vec![1.0f32; p.at.len()];
+//!         comm.write(u, &mut grads.bucket_mut(p.bucket)[u], p.at.start, &g)?;
+//!     }
+//! }
+//! // ...then one in-place all-reduce per bucket (or `bucketed_session` and
+//! // `ready(t)` as each gradient is written).
+//! sync.all_reduce_bucketed(&mut grads)?;
+//! let p = grads.place(1).unwrap().clone();
+//! assert_eq!(comm.read(0, &grads.bucket(p.bucket)[0], p.at)?, vec![2.0; 10]);
+//! # Ok::<(), ringreduce::Error>(())
+//! ```
 
 use super::backend::GradBackend;
 use super::bucket::{plan, Bucket};
