@@ -52,6 +52,46 @@ fn bucketed_gradients_equal_the_fused_all_reduce() {
     }
 }
 
+/// The half-precision form over buckets: bitwise the packed fused call's,
+/// since the buckets are laid out as it packs them (a tensor longer than
+/// the cap among them, alone in both).
+#[test]
+fn bucketed_half_equals_fused_half() {
+    let k = 3;
+    let comm = CpuCommunicator::new(k).unwrap();
+    let cfg = GradConfig {
+        bucket_bytes: 4 << 10,
+        ..GradConfig::default()
+    };
+    let mut g = GradSync::new(&comm, cfg).unwrap();
+    let mut rng = Rng(21);
+    let lens = [700usize, 0, 33, 2000, 5];
+    let data: Vec<Vec<Vec<f32>>> = lens
+        .iter()
+        .map(|&n| (0..k).map(|_| values(&mut rng, n, 100, true)).collect())
+        .collect();
+    for p in [Precision::F16, Precision::Bf16] {
+        let mut want: Vec<_> = data.iter().map(|d| upload(&comm, d)).collect();
+        g.fused_all_reduce_half(&mut want, p, true).unwrap();
+        let mut grads = g.bucketed(&lens).unwrap();
+        fill(&comm, &mut grads, &data);
+        g.all_reduce_bucketed_half(&mut grads, p, true).unwrap();
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+        for (t, w) in want.iter().enumerate() {
+            let Some(at) = grads.place(t).cloned() else {
+                continue;
+            };
+            let w = download(&comm, w);
+            for u in 0..k {
+                let got = comm
+                    .read(u, &grads.bucket(at.bucket)[u], at.at.clone())
+                    .unwrap();
+                assert_eq!(bits(got), bits(w[u].clone()), "{p:?} tensor {t} rank {u}");
+            }
+        }
+    }
+}
+
 /// The streaming form over buckets: a bad index or a second mark is a
 /// typed error that reduces nothing; `wait` with nothing marked does
 /// nothing; an unmarked tensor is reduced as it stands at `wait`.
