@@ -81,12 +81,11 @@ fn bucketed_half_equals_fused_half() {
             let Some(at) = grads.place(t).cloned() else {
                 continue;
             };
-            let w = download(&comm, w);
-            for u in 0..k {
+            for (u, wu) in download(&comm, w).into_iter().enumerate() {
                 let got = comm
                     .read(u, &grads.bucket(at.bucket)[u], at.at.clone())
                     .unwrap();
-                assert_eq!(bits(got), bits(w[u].clone()), "{p:?} tensor {t} rank {u}");
+                assert_eq!(bits(got), bits(wu), "{p:?} tensor {t} rank {u}");
             }
         }
     }
