@@ -502,13 +502,15 @@ pub fn rows<C: GradBackend>(
 /// The table, in the bench's column style.
 pub fn table(m: &Measured) -> String {
     let (rows, break_even) = (&m.rows, m.break_even);
+    // As wide as the longest variant, so the columns stay aligned.
+    let w = rows.iter().map(|r| r.variant.len()).fold(22, usize::max);
     let mut s = format!(
-        "#{:>11} {:>22} {:>12} {:>10} {:>11} {:>16} {:>11} {:>8}\n",
+        "#{:>11} {:>w$} {:>12} {:>10} {:>11} {:>16} {:>11} {:>8}\n",
         "collective", "variant", "size(B)", "count", "time(us)", "baseline", "base(us)", "speedup"
     );
     for r in rows {
         s += &format!(
-            " {:>11} {:>22} {:>12} {:>10} {:>11.2} {:>16} {:>11.2} {:>8.3}\n",
+            " {:>11} {:>w$} {:>12} {:>10} {:>11.2} {:>16} {:>11.2} {:>8.3}\n",
             r.collective,
             r.variant,
             r.size,
