@@ -3,6 +3,7 @@
 //! length allow, else 4-byte words, else bytes; and the single range, by
 //! all lanes.
 
+use super::four_at_a_time;
 use crate::abi::{CopyDesc, Task, TASK_THREADS};
 use crate::device::Lanes;
 
@@ -59,9 +60,8 @@ unsafe fn widest<L: Lanes>(g: &L, c: CopyDesc, sub: u64, group: u64) {
     }
 }
 
-/// Items `sub, sub + group, …` of `c` as `W`s, four loads before their
-/// stores: the compiler may not move a load above a store to a pointer that
-/// could alias it, so one item at a time leaves a lane one load in flight.
+/// Items `sub, sub + group, …` of `c` as `W`s, four loads in flight per
+/// lane ([`four_at_a_time`]).
 #[inline(always)]
 unsafe fn strided<W: Copy>(
     c: CopyDesc,
@@ -72,24 +72,13 @@ unsafe fn strided<W: Copy>(
 ) {
     let w = core::mem::size_of::<W>() as u64;
     let (s, d) = (c.src as *const W, c.dst as *mut W);
-    let n = c.bytes / w;
-    let at = |i: u64| i as usize;
-    let mut i = sub;
-    while i + 3 * group < n {
-        let (a, b, e) = (at(i), at(i + group), at(i + 2 * group));
-        let f = at(i + 3 * group);
-        let (va, vb) = (load(s.add(a)), load(s.add(b)));
-        let (ve, vf) = (load(s.add(e)), load(s.add(f)));
-        store(d.add(a), va);
-        store(d.add(b), vb);
-        store(d.add(e), ve);
-        store(d.add(f), vf);
-        i += 4 * group;
-    }
-    while i < n {
-        store(d.add(at(i)), load(s.add(at(i))));
-        i += group;
-    }
+    four_at_a_time(
+        sub,
+        group,
+        c.bytes / w,
+        |i| load(s.add(i as usize)),
+        |i, v| store(d.add(i as usize), v),
+    );
 }
 
 #[cfg(test)]

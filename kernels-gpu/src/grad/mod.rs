@@ -101,11 +101,39 @@ pub(crate) fn for_each_quad<L: Lanes>(
     }
 }
 
+/// `store(i, load(i))` for `i = first, first + stride, …` below `n`,
+/// four loads before their stores: the compiler may not move a load above
+/// a store to a pointer that could alias it, so one item at a time would
+/// leave a lane one load in flight. The batched copy and [`map_quads`]
+/// both run on it.
+#[inline(always)]
+pub(crate) fn four_at_a_time<V: Copy>(
+    first: u64,
+    stride: u64,
+    n: u64,
+    load: impl Fn(u64) -> V,
+    store: impl Fn(u64, V),
+) {
+    let mut i = first;
+    while i + 3 * stride < n {
+        let (a, b) = (load(i), load(i + stride));
+        let (c, d) = (load(i + 2 * stride), load(i + 3 * stride));
+        store(i, a);
+        store(i + stride, b);
+        store(i + 2 * stride, c);
+        store(i + 3 * stride, d);
+        i += 4 * stride;
+    }
+    while i < n {
+        store(i, load(i));
+        i += stride;
+    }
+}
+
 /// Element-wise work over quads as [`for_each_quad`], split into
-/// `load(i) -> V` and `store(i, V)`: each lane loads its next four quads
-/// (a launch's stride apart) before it stores any of them. A store may
-/// alias a later load as far as the compiler knows, so quads done one at
-/// a time leave a lane one load in flight; the results are the same.
+/// `load(i) -> V` and `store(i, V)` so that each lane loads its next four
+/// quads (a launch's stride apart) before it stores any of them
+/// ([`four_at_a_time`]); the results are the same.
 #[inline(always)]
 pub(crate) fn map_quads<L: Lanes, V: Copy>(
     g: &L,
@@ -119,22 +147,14 @@ pub(crate) fn map_quads<L: Lanes, V: Copy>(
         for_each_index(g, n, one);
         return;
     }
-    let (quads, stride) = (n / 4, g.lanes());
-    let mut q = g.lane();
-    while q + 3 * stride < quads {
-        let at = [q, q + stride, q + 2 * stride, q + 3 * stride].map(|j| 4 * j);
-        let (a, b) = (load(at[0]), load(at[1]));
-        let (c, d) = (load(at[2]), load(at[3]));
-        store(at[0], a);
-        store(at[1], b);
-        store(at[2], c);
-        store(at[3], d);
-        q += 4 * stride;
-    }
-    while q < quads {
-        store(4 * q, load(4 * q));
-        q += stride;
-    }
+    let quads = n / 4;
+    four_at_a_time(
+        g.lane(),
+        g.lanes(),
+        quads,
+        |q| load(4 * q),
+        |q, v| store(4 * q, v),
+    );
     let body = 4 * quads;
     let mut one = one;
     for_each_index(g, n - body, |j| one(body + j));
