@@ -74,6 +74,23 @@ pub fn lengths(rng: &mut Rng, count: usize, max: usize) -> Vec<usize> {
         .collect()
 }
 
+/// Every rank's values for each tensor of `lens` (see [`values`], within
+/// -100..=100).
+pub fn list_data(rng: &mut Rng, k: usize, lens: &[usize], frac: bool) -> Vec<Vec<Vec<f32>>> {
+    lens.iter()
+        .map(|&n| (0..k).map(|_| values(rng, n, 100, frac)).collect())
+        .collect()
+}
+
+/// The layer over `comm` with buckets of `cap_bytes`.
+pub fn sync_with_cap<C: GradBackend>(comm: &C, cap_bytes: usize) -> GradSync<'_, C> {
+    let cfg = GradConfig {
+        bucket_bytes: cap_bytes,
+        ..GradConfig::default()
+    };
+    GradSync::new(comm, cfg).unwrap()
+}
+
 /// The fused all-reduce of a random list, with a cap smaller than some
 /// tensors, against one all-reduce per tensor: bitwise equal. `frac` adds
 /// fractions, for backends whose fold order does not depend on place.
@@ -88,15 +105,8 @@ pub fn fused_matches_per_tensor<C: GradBackend>(
     let k = comm.k();
     let mut rng = Rng(seed);
     let lens = lengths(&mut rng, count, max_len);
-    let data: Vec<Vec<Vec<f32>>> = lens
-        .iter()
-        .map(|&n| (0..k).map(|_| values(&mut rng, n, 100, frac)).collect())
-        .collect();
-    let cfg = GradConfig {
-        bucket_bytes: cap_bytes,
-        ..GradConfig::default()
-    };
-    let mut g = GradSync::new(comm, cfg).unwrap();
+    let data = list_data(&mut rng, k, &lens, frac);
+    let mut g = sync_with_cap(comm, cap_bytes);
     let mut fused: Vec<Tensor<C>> = data.iter().map(|d| upload(comm, d)).collect();
     g.fused_all_reduce(&mut fused).unwrap();
     let mut single: Vec<Tensor<C>> = data.iter().map(|d| upload(comm, d)).collect();
@@ -135,15 +145,8 @@ pub fn session_matches_fused<C: GradBackend>(
     let mut rng = Rng(seed);
     let mut lens = lengths(&mut rng, count, cap_bytes / 4 * 3 / 2);
     lens.push(cap_bytes / 4 + 3);
-    let data: Vec<Vec<Vec<f32>>> = lens
-        .iter()
-        .map(|&n| (0..k).map(|_| values(&mut rng, n, 100, false)).collect())
-        .collect();
-    let cfg = GradConfig {
-        bucket_bytes: cap_bytes,
-        ..GradConfig::default()
-    };
-    let mut g = GradSync::new(comm, cfg).unwrap();
+    let data = list_data(&mut rng, k, &lens, false);
+    let mut g = sync_with_cap(comm, cap_bytes);
     let mut want: Vec<Tensor<C>> = data.iter().map(|d| upload(comm, d)).collect();
     g.fused_all_reduce(&mut want).unwrap();
     let mut got: Vec<Tensor<C>> = data.iter().map(|d| upload(comm, d)).collect();
@@ -233,15 +236,8 @@ pub fn bucketed_matches_fused<C: GradBackend>(
     let k = comm.k();
     let mut rng = Rng(seed);
     let lens = lengths(&mut rng, count, max_len);
-    let data: Vec<Vec<Vec<f32>>> = lens
-        .iter()
-        .map(|&n| (0..k).map(|_| values(&mut rng, n, 100, false)).collect())
-        .collect();
-    let cfg = GradConfig {
-        bucket_bytes: cap_bytes,
-        ..GradConfig::default()
-    };
-    let mut g = GradSync::new(comm, cfg).unwrap();
+    let data = list_data(&mut rng, k, &lens, false);
+    let mut g = sync_with_cap(comm, cap_bytes);
     let mut want: Vec<Tensor<C>> = data.iter().map(|d| upload(comm, d)).collect();
     g.fused_all_reduce(&mut want).unwrap();
     let mut grads = g.bucketed(&lens).unwrap();

@@ -10,7 +10,7 @@ use ringreduce::{
 use ringreduce_tests::data::Rng;
 use ringreduce_tests::grad::{
     bucketed_matches_fused, download, fill, fused_matches_per_tensor, half_matches_reference,
-    session_matches_fused, sparse_matches_selection, upload, values,
+    list_data, session_matches_fused, sparse_matches_selection, sync_with_cap, upload, values,
 };
 
 #[test]
@@ -59,17 +59,10 @@ fn bucketed_gradients_equal_the_fused_all_reduce() {
 fn bucketed_half_equals_fused_half() {
     let k = 3;
     let comm = CpuCommunicator::new(k).unwrap();
-    let cfg = GradConfig {
-        bucket_bytes: 4 << 10,
-        ..GradConfig::default()
-    };
-    let mut g = GradSync::new(&comm, cfg).unwrap();
+    let mut g = sync_with_cap(&comm, 4 << 10);
     let mut rng = Rng(21);
     let lens = [700usize, 0, 33, 2000, 5];
-    let data: Vec<Vec<Vec<f32>>> = lens
-        .iter()
-        .map(|&n| (0..k).map(|_| values(&mut rng, n, 100, true)).collect())
-        .collect();
+    let data = list_data(&mut rng, k, &lens, true);
     for p in [Precision::F16, Precision::Bf16] {
         let mut want: Vec<_> = data.iter().map(|d| upload(&comm, d)).collect();
         g.fused_all_reduce_half(&mut want, p, true).unwrap();
@@ -98,11 +91,7 @@ fn bucketed_half_equals_fused_half() {
 fn bucketed_session_rules() {
     let k = 2;
     let comm = CpuCommunicator::new(k).unwrap();
-    let cfg = GradConfig {
-        bucket_bytes: 64,
-        ..GradConfig::default()
-    };
-    let mut g = GradSync::new(&comm, cfg).unwrap();
+    let mut g = sync_with_cap(&comm, 64);
     let lens = [10, 0, 6, 30];
     let mut grads = g.bucketed(&lens).unwrap();
     let data: Vec<Vec<Vec<f32>>> = lens
