@@ -533,8 +533,23 @@ fn soak_runs(cpu: bool, k: usize) -> Vec<TestRun> {
     vec![r]
 }
 
+/// A GPU-only part's CUDA toolkit program `name`, or the part's skipped
+/// outcome: on the CPU execution (`who` says what the tool does there, which
+/// is nothing), or when the tool is not installed.
+pub fn gpu_tool(
+    ctx: &Ctx,
+    name: &str,
+    who: &str,
+) -> Result<PathBuf, (Status, String, Vec<String>)> {
+    let skip = |why: String| (Status::Skipped, why, vec![]);
+    if ctx.cpu {
+        return Err(skip(format!("{who}; the CPU execution has none")));
+    }
+    cuda_tool(name).ok_or_else(|| skip(format!("{name} not found (PATH, /usr/local/cuda/bin)")))
+}
+
 /// A CUDA toolkit program: on PATH, else where the toolkit puts it.
-pub fn cuda_tool(name: &str) -> Option<PathBuf> {
+fn cuda_tool(name: &str) -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH").and_then(|p| {
         std::env::split_paths(&p)
             .map(|d| d.join(name))
@@ -547,19 +562,13 @@ pub fn cuda_tool(name: &str) -> Option<PathBuf> {
 }
 
 fn sanitize(ctx: &Ctx, limit: Duration) -> (Status, String, Vec<String>) {
-    if ctx.cpu {
-        return (
-            Status::Skipped,
-            "compute-sanitizer checks GPU kernels; the CPU execution has none".into(),
-            vec![],
-        );
-    }
-    let Some(tool) = cuda_tool("compute-sanitizer") else {
-        return (
-            Status::Skipped,
-            "compute-sanitizer not found (PATH, /usr/local/cuda/bin)".into(),
-            vec![],
-        );
+    let tool = match gpu_tool(
+        ctx,
+        "compute-sanitizer",
+        "compute-sanitizer checks GPU kernels",
+    ) {
+        Ok(t) => t,
+        Err(skipped) => return skipped,
     };
     let mut left = limit;
     let mut figures = Vec::new();

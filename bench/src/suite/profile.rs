@@ -4,7 +4,7 @@
 //! latency can be split into the kernel's part and the rest.
 
 use super::exec::{run_logged, Ended};
-use super::parts::{cuda_tool, Ctx};
+use super::parts::{gpu_tool, Ctx};
 use super::Status;
 use std::process::Command;
 use std::time::Duration;
@@ -39,19 +39,9 @@ pub fn kernel_times(
     kernel: &str,
     sizes: &[&str],
 ) -> (Status, String, Vec<String>) {
-    if ctx.cpu {
-        return (
-            Status::Skipped,
-            "Nsight Compute times GPU kernels; the CPU execution has none".into(),
-            vec![],
-        );
-    }
-    let Some(ncu) = cuda_tool("ncu") else {
-        return (
-            Status::Skipped,
-            "ncu not found (PATH, /usr/local/cuda/bin)".into(),
-            vec![],
-        );
+    let ncu = match gpu_tool(ctx, "ncu", "Nsight Compute times GPU kernels") {
+        Ok(t) => t,
+        Err(skipped) => return skipped,
     };
     let mut left = limit;
     let (mut figures, mut logs) = (Vec::new(), Vec::new());
