@@ -81,7 +81,8 @@ pub struct BenchArgs {
     /// Channels (blocks) per rank; automatic when not given.
     #[arg(short = 'C', long = "channels")]
     pub channels: Option<u32>,
-    /// The algorithm: auto (by size), ring, one-shot or two-shot; default
+    /// The algorithm: auto (by placement and size), ring, one-shot,
+    /// two-shot or local (every rank in one launch); default
     /// RINGREDUCE_ALGO or auto. `all` runs the sweep with each forced in
     /// turn, then auto, and compares auto with the best of them per size.
     #[arg(long = "algo", value_parser = algo_arg)]
@@ -128,9 +129,15 @@ impl BenchArgs {
         match self.algo {
             None => vec![None],
             Some(AlgoArg::One(a)) => vec![Some(a)],
-            Some(AlgoArg::All) => [Algo::Ring, Algo::OneShot, Algo::TwoShot, Algo::Auto]
-                .map(Some)
-                .to_vec(),
+            Some(AlgoArg::All) => [
+                Algo::Ring,
+                Algo::OneShot,
+                Algo::TwoShot,
+                Algo::Local,
+                Algo::Auto,
+            ]
+            .map(Some)
+            .to_vec(),
         }
     }
 

@@ -249,6 +249,9 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
                 // SAFETY: the bench synchronises its streams itself.
                 unsafe { comm.context(u).disable_event_tracking() };
             }
+            if !runs_here(&comm, a) {
+                continue;
+            }
             if i == 0 {
                 report.ring_order = comm.ring_order().user_from_ring().to_vec();
                 report.buffsize = comm.staging_bytes();
@@ -268,6 +271,9 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         for (i, a) in args.algos().into_iter().enumerate() {
             let comm = CpuCommunicator::with_config(args.ranks, with_algo(&config, a))
                 .map_err(|e| e.to_string())?;
+            if !runs_here(&comm, a) {
+                continue;
+            }
             if i == 0 {
                 report.buffsize = comm.staging_bytes();
                 print!("{}", table::preamble(&report));
@@ -368,6 +374,18 @@ fn grad_main(
         println!("# JSON written to {}", p.display());
     }
     Ok(0)
+}
+
+/// Whether `comm` can run algorithm `a` at all: a forced local algorithm
+/// needs every rank in one launch, and `--algo all` skips it where they
+/// are not (saying so).
+fn runs_here<C: Collectives>(comm: &C, a: Option<Algo>) -> bool {
+    let local = comm.algorithm_for::<f32>(Collective::AllReduce, 1);
+    if a == Some(Algo::Local) && local.is_err() {
+        println!("# local: not run, the ranks do not share one launch");
+        return false;
+    }
+    true
 }
 
 /// `config` with algorithm `a` forced (`None`: as configured).
@@ -578,7 +596,7 @@ fn type_sweep<C: Clock, T: RsElement + FromSmall>(
             dtype: p.dtype.name().into(),
             op: p.op.name().into(),
             root: -1,
-            channels: comm.channels_for::<T>(c, n) as u64,
+            channels: comm.channels_for::<T>(c, n)? as u64,
             algorithm: comm.algorithm_for::<T>(c, n)?.name().into(),
             out_of_place: Perf {
                 host_us: host[0],

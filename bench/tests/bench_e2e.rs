@@ -257,11 +257,16 @@ fn every_algorithm_then_auto_against_the_best() {
     assert!(stdout.contains("Auto worst ratio to the best:"));
     let r: Report = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(r.algorithm, "all");
-    // 3 sizes: ring, one-shot and auto for all three collectives, two-shot
-    // for the all-reduce only.
-    assert_eq!(r.rows.len(), 3 * 3 * 3 + 3);
+    // 3 sizes: ring, one-shot, local and auto for all three collectives,
+    // two-shot for the all-reduce only; auto is local on one CPU
+    // communicator.
+    assert_eq!(r.rows.len(), 3 * 4 * 3 + 3);
     assert!(r.rows.iter().all(|row| row.in_place.wrong == Some(0)));
     assert!(r.rows.iter().any(|row| row.algorithm == "two-shot"));
+    assert_eq!(
+        r.rows.iter().filter(|row| row.algorithm == "local").count(),
+        2 * 3 * 3
+    );
     let _ = std::fs::remove_file(&json);
     let out = run(&["--graph"]);
     assert!(!out.status.success());

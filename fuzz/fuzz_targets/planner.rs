@@ -57,17 +57,24 @@ fuzz_target!(|data: &[u8]| {
         max_channels,
         prefetch_rounds: 0,
         fault: None,
-        algorithm: ringreduce::Algo::ALL[(algo % 4) as usize],
-        direct_half_bytes: if algo & 4 == 0 { 0 } else { buffer },
+        algorithm: ringreduce::Algo::ALL[(algo % 5) as usize],
+        direct_half_bytes: if algo & 8 == 0 { 0 } else { buffer },
         direct_channels: 4,
+        local_blocks: if algo & 16 == 0 { 0 } else { 132 },
     };
     let conns: Vec<u64> = (0..k as u64).map(|u| (1 << 40) + u * 4096).collect();
     match plan(c, &conns, &spans, dtype, opts) {
         Err(_) => {}
         Ok(Plan::Nothing) | Ok(Plan::Copy { .. }) => assert!(n == 0 || k == 1),
-        Ok(Plan::Launch { channels, sizing, aligned, works, .. }) => {
+        Ok(Plan::Launch { algorithm, channels, sizing, aligned, works }) => {
             assert_eq!(works.len(), k);
-            assert!((1..=32).contains(&channels));
+            if algorithm == ringreduce::kernels::Algorithm::Local {
+                // A local call's channels are its share of one grid.
+                assert!(opts.local_blocks > 0 && channels >= 1);
+                assert!(channels * k as u64 <= opts.local_blocks.max(k as u64) || requested.is_some());
+            } else {
+                assert!((1..=32).contains(&channels));
+            }
             assert!(sizing.staging_bytes() <= buffer);
             let g = works[0].geometry;
             if aligned {

@@ -7,7 +7,7 @@ use ringreduce_kernels::abi::{Algorithm, Collective};
 use ringreduce_kernels::plan::PACK_BYTES;
 
 /// Overrides [`crate::CommConfig::algorithm`] when the config leaves it
-/// unset: `auto`, `ring`, `one-shot` or `two-shot`.
+/// unset: `auto`, `ring`, `one-shot`, `two-shot` or `local`.
 pub const ALGO_ENV: &str = "RINGREDUCE_ALGO";
 
 /// Bytes of each of the two halves of a rank's direct staging when the
@@ -61,7 +61,8 @@ pub fn auto_pick(c: Collective, k: u64, in_bytes: u64) -> Algorithm {
 /// The algorithm a communicator is asked to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Algo {
-    /// By collective and size: direct for small messages, the ring beyond.
+    /// By placement, collective and size: local when one launch runs every
+    /// rank; otherwise direct for small messages and the ring beyond.
     #[default]
     Auto,
     /// Always the ring.
@@ -71,11 +72,21 @@ pub enum Algo {
     /// Always direct; two shots for all-reduce. Reduce-scatter and
     /// all-gather have one direct form, which this runs.
     TwoShot,
+    /// Always local ([`Algorithm::Local`]): only for communicators whose
+    /// ranks one launch runs (every rank on one device, at most
+    /// [`BATCH_RANKS`](ringreduce_kernels::abi::BATCH_RANKS) of them).
+    Local,
 }
 
 impl Algo {
     /// Every choice, for tests and the bench.
-    pub const ALL: [Algo; 4] = [Algo::Auto, Algo::Ring, Algo::OneShot, Algo::TwoShot];
+    pub const ALL: [Algo; 5] = [
+        Algo::Auto,
+        Algo::Ring,
+        Algo::OneShot,
+        Algo::TwoShot,
+        Algo::Local,
+    ];
 
     /// The name [`ALGO_ENV`] and the bench's `--algo` take.
     pub const fn name(self) -> &'static str {
@@ -84,6 +95,7 @@ impl Algo {
             Algo::Ring => "ring",
             Algo::OneShot => "one-shot",
             Algo::TwoShot => "two-shot",
+            Algo::Local => "local",
         }
     }
 
@@ -140,10 +152,18 @@ pub fn direct_layout(
     })
 }
 
-/// The algorithm of one call: `choice`, or for `Auto` the rule above;
-/// `in_bytes` is one rank's input, `half` the direct staging each half
-/// holds (0: the communicator has none). A forced direct choice that does
-/// not fit is an error, not a silent ring.
+/// What a communicator can run besides the ring, for [`choose`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Paths {
+    /// Bytes each half of the direct staging holds (0: no direct staging).
+    pub direct_half: u64,
+    /// One launch runs every rank, so the local algorithm can run.
+    pub local: bool,
+}
+
+/// The algorithm of one call: `choice`, or for `Auto` local where it can
+/// run and otherwise the rule above. A forced choice the communicator
+/// cannot run is an error, not a silent ring.
 pub fn choose(
     c: Collective,
     choice: Algo,
@@ -151,8 +171,9 @@ pub fn choose(
     n: u64,
     block_elems: u64,
     size: u64,
-    half: u64,
+    paths: Paths,
 ) -> Result<Algorithm> {
+    let half = paths.direct_half;
     let fits = |alg| {
         direct_layout(c, alg, k, n, block_elems, size).is_some_and(|l| half > 0 && l.need <= half)
     };
@@ -177,6 +198,9 @@ pub fn choose(
         Algo::Ring => Ok(Algorithm::Ring),
         Algo::OneShot => forced(Algorithm::OneShot),
         Algo::TwoShot => forced(two),
+        Algo::Local if paths.local => Ok(Algorithm::Local),
+        Algo::Local => Err(Error::LocalUnavailable { k: k as usize }),
+        Algo::Auto if paths.local => Ok(Algorithm::Local),
         Algo::Auto => {
             let in_bytes = input_bytes(c, k, n, size).unwrap_or(u64::MAX);
             let pick = auto_pick(c, k, in_bytes);
@@ -204,7 +228,10 @@ mod tests {
 
     #[test]
     fn auto_goes_direct_for_small_messages_only() {
-        let half = DEFAULT_DIRECT_HALF_BYTES;
+        let half = Paths {
+            direct_half: DEFAULT_DIRECT_HALF_BYTES,
+            local: false,
+        };
         let ar = |n| {
             choose(
                 Collective::AllReduce,
@@ -242,19 +269,48 @@ mod tests {
                 let alg = auto_pick(c, k, max.min(input_bytes(c, k, n, 4).unwrap()));
                 if alg != Algorithm::Ring {
                     let l = direct_layout(c, alg, k, n, n.div_ceil(k), 4).unwrap();
-                    assert!(l.need <= half, "k={k} {c:?}: {l:?}");
+                    assert!(l.need <= half.direct_half, "k={k} {c:?}: {l:?}");
                 }
             }
         }
         // Without direct staging, Auto is the ring.
+        let none = Paths::default();
         assert_eq!(
-            choose(Collective::AllReduce, Algo::Auto, 8, 2, 4, 4, 0).unwrap(),
+            choose(Collective::AllReduce, Algo::Auto, 8, 2, 4, 4, none).unwrap(),
             Algorithm::Ring
         );
     }
 
     #[test]
+    fn local_where_one_launch_runs_every_rank() {
+        let local = Paths {
+            direct_half: DEFAULT_DIRECT_HALF_BYTES,
+            local: true,
+        };
+        for c in Collective::ALL {
+            for n in [1u64, 1 << 10, 1 << 28] {
+                let pick = |a| choose(c, a, 8, n, n, 4, local);
+                assert_eq!(pick(Algo::Auto).unwrap(), Algorithm::Local);
+                assert_eq!(pick(Algo::Local).unwrap(), Algorithm::Local);
+                assert_eq!(pick(Algo::Ring).unwrap(), Algorithm::Ring);
+            }
+        }
+        let apart = Paths {
+            local: false,
+            ..local
+        };
+        let e = choose(Collective::AllGather, Algo::Local, 3, 8, 8, 4, apart);
+        assert!(matches!(e, Err(Error::LocalUnavailable { k: 3 })));
+        let auto = choose(Collective::AllGather, Algo::Auto, 3, 8, 8, 4, apart).unwrap();
+        assert_eq!(auto, Algorithm::OneShot);
+    }
+
+    #[test]
     fn forced_direct_that_does_not_fit_is_an_error() {
+        let mib = Paths {
+            direct_half: 1 << 20,
+            local: false,
+        };
         let e = choose(
             Collective::AllGather,
             Algo::OneShot,
@@ -262,24 +318,15 @@ mod tests {
             1 << 20,
             1 << 20,
             4,
-            1 << 20,
+            mib,
         );
         assert!(matches!(e, Err(Error::DirectTooLarge { need, have, .. }) if need > have));
         assert_eq!(
-            choose(
-                Collective::ReduceScatter,
-                Algo::TwoShot,
-                4,
-                8,
-                8,
-                4,
-                1 << 20
-            )
-            .unwrap(),
+            choose(Collective::ReduceScatter, Algo::TwoShot, 4, 8, 8, 4, mib).unwrap(),
             Algorithm::OneShot
         );
         assert_eq!(
-            choose(Collective::AllReduce, Algo::TwoShot, 4, 8, 4, 4, 1 << 20).unwrap(),
+            choose(Collective::AllReduce, Algo::TwoShot, 4, 8, 4, 4, mib).unwrap(),
             Algorithm::TwoShot
         );
         assert!(direct_layout(

@@ -2,13 +2,11 @@
 //! GPU communicator and the CPU execution both implement, so that tests,
 //! benches and layers above (gradient synchronisation) are written once.
 
-use crate::algorithm::direct_channels;
 use crate::config::CommConfig;
 use crate::cpu::{CpuBuffers, CpuCommunicator, HostBuffer};
 use crate::element::RsElement;
 use crate::error::{Error, Result};
 use crate::gpu::{Buffers, Communicator};
-use crate::planner::channels_for;
 use crate::ring::RingOrder;
 use cudarc::driver::CudaSlice;
 use ringreduce_kernels::{Algorithm, Collective, Op};
@@ -93,17 +91,9 @@ pub trait Collectives {
     /// [`Error::Aborted`].
     fn abort(&self);
 
-    /// The channels a call of `c` with count `n` of `T` runs: the
-    /// configured number, or one chosen by size.
-    fn channels_for<T: RsElement>(&self, c: Collective, n: usize) -> usize {
-        if matches!(self.algorithm_for::<T>(c, n), Ok(a) if a != Algorithm::Ring) {
-            return direct_channels(self.max_channels() as u64) as usize;
-        }
-        let requested = self.config().channels.map(u64::from);
-        let size = std::mem::size_of::<T>() as u64;
-        let max = self.max_channels() as u64;
-        channels_for(c, self.k() as u64, n as u64, size, requested, max) as usize
-    }
+    /// Blocks per rank a call of `c` with count `n` of `T` runs: the
+    /// configured number, or one chosen by algorithm and size.
+    fn channels_for<T: RsElement>(&self, c: Collective, n: usize) -> Result<usize>;
 
     /// All of a rank's buffer, once the work queued on it is done.
     fn download<T: RsElement>(&self, rank: usize, buf: &Self::Buf<T>) -> Result<Vec<T>> {
@@ -182,6 +172,9 @@ impl Collectives for Communicator {
     }
     fn algorithm_for<T: RsElement>(&self, c: Collective, n: usize) -> Result<Algorithm> {
         Communicator::algorithm_for::<T>(self, c, n)
+    }
+    fn channels_for<T: RsElement>(&self, c: Collective, n: usize) -> Result<usize> {
+        Communicator::channels_for::<T>(self, c, n)
     }
     fn upload<T: RsElement>(&self, rank: usize, data: &[T]) -> Result<CudaSlice<T>> {
         Ok(self.streams()[rank].clone_htod(data)?)
@@ -282,6 +275,9 @@ impl Collectives for CpuCommunicator {
     }
     fn algorithm_for<T: RsElement>(&self, c: Collective, n: usize) -> Result<Algorithm> {
         CpuCommunicator::algorithm_for::<T>(self, c, n)
+    }
+    fn channels_for<T: RsElement>(&self, c: Collective, n: usize) -> Result<usize> {
+        CpuCommunicator::channels_for::<T>(self, c, n)
     }
     fn upload<T: RsElement>(&self, _rank: usize, data: &[T]) -> Result<HostBuffer<T>> {
         Ok(HostBuffer::from_slice(data))

@@ -70,14 +70,21 @@ pub struct CommConfig {
     pub channels: Option<u32>,
     /// The algorithm of every call. `None` takes
     /// [`ALGO_ENV`] or else
-    /// [`Algo::Auto`]: direct for small messages, the ring beyond. A
-    /// forced direct algorithm refuses calls too large for its staging.
+    /// [`Algo::Auto`]: local where one launch runs every rank; otherwise
+    /// direct for small messages, the ring beyond. A forced direct
+    /// algorithm refuses calls too large for its staging, a forced local one
+    /// a communicator it cannot run on.
     pub algorithm: Option<Algo>,
     /// Bytes of each of the two halves of every rank's direct staging
     /// (rounded down to a multiple of 256). `None`:
     /// [`DEFAULT_DIRECT_HALF_BYTES`]; below 256 allocates none (the ring
     /// only).
     pub direct_bytes: Option<u64>,
+    /// Whether the local algorithm may run where one launch runs every
+    /// rank (default on). Off keeps such a communicator on the ring and
+    /// direct algorithms, as if its ranks spanned devices: their fold
+    /// orders and their code, to compare with or to test.
+    pub local: bool,
 }
 
 impl Default for CommConfig {
@@ -91,6 +98,7 @@ impl Default for CommConfig {
             channels: None,
             algorithm: None,
             direct_bytes: None,
+            local: true,
         }
     }
 }
@@ -178,6 +186,12 @@ impl CommConfig {
     /// Sets the bytes of each direct staging half (0: none).
     pub fn direct_bytes(mut self, bytes: u64) -> Self {
         self.direct_bytes = Some(bytes);
+        self
+    }
+
+    /// Lets the local algorithm run, or not (see [`CommConfig::local`]).
+    pub fn local(mut self, on: bool) -> Self {
+        self.local = on;
         self
     }
 

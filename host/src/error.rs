@@ -115,9 +115,21 @@ pub enum Error {
         /// Bytes each half has.
         have: u64,
     },
+    /// The local algorithm was forced on a communicator that one launch
+    /// cannot run whole: ranks on several devices, more than
+    /// [`BATCH_RANKS`](ringreduce_kernels::abi::BATCH_RANKS) of them, or a
+    /// test hook that keeps a rank out of the launch.
+    #[error(
+        "the local algorithm needs every one of the {k} ranks in one launch \
+         (one device, at most 16 ranks, no rank withheld): use another algorithm"
+    )]
+    LocalUnavailable {
+        /// Ranks of the communicator.
+        k: usize,
+    },
     /// An algorithm name (from `RINGREDUCE_ALGO` or a caller) that is not
-    /// `auto`, `ring`, `one-shot` or `two-shot`.
-    #[error("unknown algorithm {0:?}: use auto, ring, one-shot or two-shot")]
+    /// `auto`, `ring`, `one-shot`, `two-shot` or `local`.
+    #[error("unknown algorithm {0:?}: use auto, ring, one-shot, two-shot or local")]
     UnknownAlgorithm(String),
     /// Not one buffer pair per rank.
     #[error("{got} buffer pairs given for {k} ranks")]

@@ -2,7 +2,7 @@
 //! collective's buffers into per-rank work. Pure functions over addresses,
 //! no GPU, shared by the GPU and the CPU communicators.
 
-use crate::algorithm::{choose, direct_layout, Algo};
+use crate::algorithm::{choose, direct_layout, Algo, Paths};
 use crate::error::{Error, Result};
 use crate::ring::RingOrder;
 use ringreduce_kernels::abi::{
@@ -161,6 +161,9 @@ pub struct CallOpts {
     pub direct_half_bytes: u64,
     /// Channels of every direct call ([`crate::algorithm::direct_channels`]).
     pub direct_channels: u64,
+    /// Blocks a local call's grid may have, as many as run at once on the
+    /// device; 0 when one launch cannot run every rank (no local call).
+    pub local_blocks: u64,
 }
 
 /// Bytes of a rank's input below which one more channel does not pay: a
@@ -189,6 +192,52 @@ pub fn channels_for(
     match requested {
         Some(ch) => ch.clamp(1, max),
         None => auto_channels(c.lengths(k, n).0.saturating_mul(size), max),
+    }
+}
+
+/// Bytes of traffic (inputs read plus outputs written) a block of a local
+/// call must have before one more block pays for itself.
+pub const LOCAL_BYTES_PER_BLOCK: u64 = 256 << 10;
+
+/// Blocks per rank (its share of the grid) of a local call of collective
+/// `c` with count `n` of `size`-byte elements on `k` ranks: `requested`, or
+/// one block per [`LOCAL_BYTES_PER_BLOCK`] of traffic, at most `grid`
+/// blocks in all, whole multiples of `k` so that a full grid is one wave.
+pub fn local_channels(
+    c: Collective,
+    k: u64,
+    n: u64,
+    size: u64,
+    requested: Option<u64>,
+    grid: u64,
+) -> u64 {
+    if let Some(ch) = requested {
+        return ch.clamp(1, MAX_CHANNELS as u64);
+    }
+    let (send, recv) = c.lengths(k, n);
+    let traffic = send
+        .saturating_add(recv)
+        .saturating_mul(size)
+        .saturating_mul(k);
+    ((traffic / LOCAL_BYTES_PER_BLOCK).clamp(1, grid.max(1)) / k.max(1)).max(1)
+}
+
+/// Blocks per rank a call of `c` runs with `algorithm`: what [`plan`]
+/// launches.
+pub fn call_channels(
+    c: Collective,
+    algorithm: Algorithm,
+    k: u64,
+    n: u64,
+    size: u64,
+    opts: &CallOpts,
+) -> u64 {
+    match algorithm {
+        Algorithm::Ring => channels_for(c, k, n, size, opts.channels, opts.max_channels),
+        Algorithm::Local => local_channels(c, k, n, size, opts.channels, opts.local_blocks),
+        Algorithm::OneShot | Algorithm::TwoShot => {
+            opts.direct_channels.clamp(1, opts.max_channels.max(1))
+        }
     }
 }
 
@@ -393,23 +442,22 @@ pub fn plan(
         });
     }
     let k64 = k as u64;
-    let algorithm = choose(
-        c,
-        opts.algorithm,
-        k64,
-        n,
-        blocks.block_elems,
-        sz,
-        opts.direct_half_bytes,
-    )?;
-    let (channels, geometry, direct_result) = if algorithm == Algorithm::Ring {
-        let channels = channels_for(c, k64, n, sz, opts.channels, opts.max_channels);
+    let paths = Paths {
+        direct_half: opts.direct_half_bytes,
+        local: opts.local_blocks > 0,
+    };
+    let algorithm = choose(c, opts.algorithm, k64, n, blocks.block_elems, sz, paths)?;
+    let channels = call_channels(c, algorithm, k64, n, sz, &opts);
+    let (geometry, direct_result) = if algorithm == Algorithm::Ring {
         let g = Geometry::new(c, k64, n, sz, sizing.tile_elems, channels);
-        (channels, g, 0)
+        (g, 0)
+    } else if algorithm == Algorithm::Local {
+        // The kernel cuts the whole grid's work itself (`local`); only the
+        // blocks' totals matter.
+        (blocks, 0)
     } else {
         // Shares of whole rows of packs (one per lane), so that every
         // channel keeps the buffers' alignment.
-        let channels = opts.direct_channels.clamp(1, opts.max_channels.max(1));
         let unit = (opts.threads * PACK_BYTES / sz).max(1);
         let g = Geometry::new(c, k64, n, sz, unit, channels);
         let layout =
@@ -418,7 +466,7 @@ pub fn plan(
                 recvcount: n,
                 size: sz,
             })?;
-        (channels, g, layout.result)
+        (g, layout.result)
     };
     let works = (0..k)
         .map(|u| {

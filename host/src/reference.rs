@@ -134,7 +134,7 @@ pub fn collective_by<T: Element>(
 ) -> Vec<Vec<T>> {
     match algorithm {
         Algorithm::Ring => collective(c, inputs, ring, op),
-        Algorithm::OneShot | Algorithm::TwoShot => direct(c, inputs, op),
+        Algorithm::OneShot | Algorithm::TwoShot | Algorithm::Local => direct(c, inputs, op),
     }
 }
 

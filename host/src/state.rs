@@ -1,11 +1,11 @@
 //! What both communicators keep besides their memory: the ring, the
 //! configuration, whether an earlier error broke them, and test hooks.
 
-use crate::algorithm::{choose, direct_channels, Algo};
+use crate::algorithm::{choose, direct_channels, Algo, Paths};
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
 use crate::hooks::TestHooks;
-use crate::planner::{CallOpts, Static};
+use crate::planner::{call_channels, CallOpts, Static};
 use crate::ring::RingOrder;
 use crate::status::{first_error, rank_errors};
 use ringreduce_kernels::{Algorithm, Collective, Geometry, StatusRecord};
@@ -27,6 +27,9 @@ pub(crate) struct CommState {
     /// Bytes of each direct staging half every rank has (0: none, the
     /// ring only).
     pub direct_half_bytes: u64,
+    /// Blocks a local call's grid may have (0: one launch cannot run every
+    /// rank, so no local call); see [`CallOpts::local_blocks`].
+    local_blocks: u64,
     broken: Mutex<Option<Error>>,
     /// Set by `abort()`: from then on every call reports `Aborted`, so a
     /// collective enqueued after the abort never runs, whatever the kernels
@@ -42,10 +45,12 @@ impl CommState {
         max_channels: usize,
         staging_bytes: u64,
         direct_half_bytes: u64,
+        local_blocks: u64,
     ) -> Result<Self> {
         Ok(CommState {
             ring,
             direct_half_bytes,
+            local_blocks: if config.local { local_blocks } else { 0 },
             algorithm: config.effective_algorithm()?,
             prefetch_rounds: config.effective_prefetch_rounds(),
             config,
@@ -119,20 +124,36 @@ impl CommState {
         }
     }
 
+    /// Blocks the next local call may have: none while a test hook keeps
+    /// a rank out of the launch or drops its signals, since those model
+    /// ranks that run apart, which a local call's one launch cannot have.
+    fn local_blocks(&self) -> u64 {
+        let h = self.hooks();
+        if h.withhold_rank.is_some() || h.lost_signal.is_some() {
+            0
+        } else {
+            self.local_blocks
+        }
+    }
+
     /// The algorithm a call of `c` with count `n` of `size`-byte elements
     /// runs (what the planner will choose).
     pub fn algorithm_for(&self, c: Collective, n: u64, size: u64) -> Result<Algorithm> {
         let k = self.ring.len() as u64;
         let g = Geometry::new(c, k, n, size, 1, 1);
-        choose(
-            c,
-            self.algorithm,
-            k,
-            n,
-            g.block_elems,
-            size,
-            self.direct_half_bytes,
-        )
+        let paths = Paths {
+            direct_half: self.direct_half_bytes,
+            local: self.local_blocks() > 0,
+        };
+        choose(c, self.algorithm, k, n, g.block_elems, size, paths)
+    }
+
+    /// Blocks per rank a call of `c` with count `n` of `size`-byte elements
+    /// runs (what the planner will launch).
+    pub fn channels_for(&self, c: Collective, n: u64, size: u64) -> Result<u64> {
+        let algorithm = self.algorithm_for(c, n, size)?;
+        let k = self.ring.len() as u64;
+        Ok(call_channels(c, algorithm, k, n, size, &self.call_opts(1)))
     }
 
     /// The settings of the next call, for `threads` producer lanes.
@@ -147,6 +168,7 @@ impl CommState {
             algorithm: self.algorithm,
             direct_half_bytes: self.direct_half_bytes,
             direct_channels: direct_channels(self.max_channels as u64),
+            local_blocks: self.local_blocks(),
         }
     }
 }

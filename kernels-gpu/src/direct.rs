@@ -245,7 +245,7 @@ unsafe fn stage<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(d: &D, c
             b * g.in_stride + off
         };
         let dst = c.staged::<T>(c.me, at);
-        fold::<D, T, O, false, false>(d, grp.lanes, dst, dst, |_| own(at), 1, len, c.aligned, 1);
+        fold::<D, T, O, false>(d, grp.lanes, |_| dst, 1, |_| own(at), 1, len, c.aligned, 1);
         i += grp.groups;
     }
 }
@@ -274,7 +274,7 @@ unsafe fn reduce_staged<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
         let dst = (c.w.recv + out_at * c.sz) as *mut T;
         let src = |u: u64| c.staged::<T>(u, at) as *const T;
         let k = c.k as u32;
-        fold::<D, T, O, true, false>(d, grp.lanes, dst, dst, src, c.k, len, c.aligned, k);
+        fold::<D, T, O, true>(d, grp.lanes, |_| dst, 1, src, c.k, len, c.aligned, k);
         i += grp.groups;
     }
 }
@@ -293,7 +293,7 @@ unsafe fn gather_staged<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
         let (off, len) = c.part(p);
         let dst = (c.w.recv + (p * g.out_stride + off) * c.sz) as *mut T;
         let src = |_| c.staged::<T>(p, off) as *const T;
-        fold::<D, T, O, false, false>(d, grp.lanes, dst, dst, src, 1, len, c.aligned, 1);
+        fold::<D, T, O, false>(d, grp.lanes, |_| dst, 1, src, 1, len, c.aligned, 1);
         p += grp.groups;
     }
 }
@@ -313,7 +313,8 @@ unsafe fn reduce_own<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     let keep = c.result::<T>(c.me, off);
     let src = |u: u64| c.staged::<T>(u, at) as *const T;
     let lanes = (tid, THREADS);
-    fold::<D, T, O, true, true>(d, lanes, dst, keep, src, c.k, len, c.aligned, c.k as u32);
+    let dsts = |j: u64| if j == 0 { dst } else { keep };
+    fold::<D, T, O, true>(d, lanes, dsts, 2, src, c.k, len, c.aligned, c.k as u32);
 }
 
 /// Two-shot all-reduce, second shot: every other block, from its owner's
@@ -334,7 +335,7 @@ unsafe fn gather_results<D: Device, T: Element, O: ReduceOp, const THREADS: u64>
         let (off, len) = c.part(p);
         let dst = (c.w.recv + (p * g.out_stride + off) * c.sz) as *mut T;
         let src = |_| c.result::<T>(p, off) as *const T;
-        fold::<D, T, O, false, false>(d, grp.lanes, dst, dst, src, 1, len, c.aligned, 1);
+        fold::<D, T, O, false>(d, grp.lanes, |_| dst, 1, src, 1, len, c.aligned, 1);
         i += grp.groups;
     }
 }

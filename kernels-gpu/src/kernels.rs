@@ -22,15 +22,14 @@ macro_rules! entry {
         pub mod $on {
             #[export_name = $crate::entry_name!($tn, $on)]
             pub unsafe extern "ptx-kernel" fn entry(b: $crate::abi::Batch) {
-                let Some((rank, channel)) = b.locate($crate::arch::nvptx::block_idx()) else {
-                    return;
-                };
-                $crate::entry::run::<
+                $crate::entry::run_launch::<
                     super::super::Block,
                     $t,
                     $crate::op::$op,
                     { $crate::abi::GPU_THREADS },
-                >(&super::super::Block { channel }, &b.work(rank));
+                >(&b, $crate::arch::nvptx::block_idx(), |channel| {
+                    super::super::Block { channel }
+                });
             }
         }
     };

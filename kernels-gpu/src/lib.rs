@@ -10,7 +10,8 @@
 //! It reads top down: [`entry`] picks the algorithm; a collective's
 //! [`schedule`], the ring [`engine`] that runs any schedule, the step
 //! [`primitives`] and their one [`transfer`] loop; or the [`direct`]
-//! collectives over the same loops; then the [`flags`] protocol and the
+//! collectives over the same loops, or the [`local`] ones, which need no
+//! protocol at all; then the [`flags`] protocol and the
 //! [`Device`] intrinsics. The ABI
 //! ([`abi`]) and every sizing and padding rule ([`plan`]) live here, so
 //! host and kernel cannot disagree on them.
@@ -33,6 +34,7 @@ pub mod engine;
 pub mod entry;
 pub mod flags;
 pub mod grad;
+pub mod local;
 pub mod op;
 pub mod plan;
 pub mod primitives;

@@ -284,27 +284,30 @@ fn fold_batched<V: Copy>(n: u64, load: impl Fn(u64) -> V, apply: impl Fn(V, V) -
     acc
 }
 
-/// Folds `sources` inputs into `dst` (and `dst2` when `DST2`), striped over
-/// `lanes` lanes (`lane` is this one): `dst[i] = src(0)[i] op src(1)[i] op
+/// Folds `sources` inputs into `dests` destinations, striped over `lanes`
+/// lanes (`lane` is this one): `dst(j)[i] = src(0)[i] op src(1)[i] op
 /// ...`, in that order whatever the lane, then finished when `FINISH`. One
-/// source copies. The direct collectives are made of it: their fold order
-/// is the user-rank order, so every rank's result has the same bits. The
-/// striping is a runtime value so that the direct collectives can give
-/// each block its own group of lanes.
+/// source copies. The direct and local collectives are made of it: their
+/// fold order is the user-rank order, so every rank's result has the same
+/// bits. The striping is a runtime value so that the direct collectives
+/// can give each block its own group of lanes.
 ///
-/// When `aligned`, every source shares `dst`'s address modulo
-/// [`PACK_BYTES`] and the body moves `UNROLL` packs per lane and source.
+/// When `aligned`, every source and destination shares `dst(0)`'s address
+/// modulo [`PACK_BYTES`] and the body moves `UNROLL` packs per lane and
+/// source.
 ///
 /// # Safety
-/// `src(u)` for `u < sources` and the destinations must be valid for `n`
-/// elements; a destination must not overlap a source; `sources >= 1`.
+/// `src(u)` for `u < sources` and `dst(j)` for `j < dests` must be valid
+/// for `n` elements; a destination may equal a source (in place: each lane
+/// loads every source of an element before it stores it) but must not
+/// otherwise overlap one; `sources >= 1` and `dests >= 1`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn fold<D: Device, T: Element, O: ReduceOp, const FINISH: bool, const DST2: bool>(
+pub unsafe fn fold<D: Device, T: Element, O: ReduceOp, const FINISH: bool>(
     d: &D,
     (lane, lanes): (u64, u64),
-    dst: *mut T,
-    dst2: *mut T,
+    dst: impl Fn(u64) -> *mut T,
+    dests: u64,
     src: impl Fn(u64) -> *const T,
     sources: u64,
     n: u64,
@@ -312,12 +315,11 @@ pub unsafe fn fold<D: Device, T: Element, O: ReduceOp, const FINISH: bool, const
     k: u32,
 ) {
     let sz = size_of::<T>() as u64;
-    let head = scalar_head::<T>(dst, n, aligned);
+    let head = scalar_head::<T>(dst(0), n, aligned);
     let lanes_per_pack = PACK_BYTES / sz;
     let packs = (n - head) / lanes_per_pack;
     let byte = |p: *const T| p.add(head as usize) as *const u8;
-    let pd = dst.wrapping_add(head as usize) as *mut u8;
-    let pd2 = dst2.wrapping_add(head as usize) as *mut u8;
+    let byte_mut = |p: *mut T| p.wrapping_add(head as usize) as *mut u8;
     let at = |p: u64| (p * PACK_BYTES) as usize;
     let round = UNROLL * lanes;
     let mut p = lane;
@@ -332,9 +334,9 @@ pub unsafe fn fold<D: Device, T: Element, O: ReduceOp, const FINISH: bool, const
         if FINISH {
             acc = unroll8!(u => finish_pack::<T, O>(acc[u as usize], k));
         }
-        unroll8!(u => d.store_pack(pd.add(at(p + u * lanes)), acc[u as usize]));
-        if DST2 {
-            unroll8!(u => d.store_pack(pd2.add(at(p + u * lanes)), acc[u as usize]));
+        for j in 0..dests {
+            let pd = byte_mut(dst(j));
+            unroll8!(u => d.store_pack(pd.add(at(p + u * lanes)), acc[u as usize]));
         }
         p += round;
     }
@@ -347,9 +349,8 @@ pub unsafe fn fold<D: Device, T: Element, O: ReduceOp, const FINISH: bool, const
         if FINISH {
             acc = finish_pack::<T, O>(acc, k);
         }
-        d.store_pack(pd.add(at(p)), acc);
-        if DST2 {
-            d.store_pack(pd2.add(at(p)), acc);
+        for j in 0..dests {
+            d.store_pack(byte_mut(dst(j)).add(at(p)), acc);
         }
         p += lanes;
     }
@@ -360,9 +361,8 @@ pub unsafe fn fold<D: Device, T: Element, O: ReduceOp, const FINISH: bool, const
         while e < to {
             let acc = fold_batched(sources, |u| src(u).add(e as usize).read(), O::apply);
             let v = if FINISH { O::finish(acc, k) } else { acc };
-            dst.add(e as usize).write(v);
-            if DST2 {
-                dst2.add(e as usize).write(v);
+            for j in 0..dests {
+                dst(j).add(e as usize).write(v);
             }
             e += lanes;
         }

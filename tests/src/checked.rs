@@ -229,6 +229,8 @@ pub struct Tally {
     pub elements: usize,
     /// Calls that ran a direct algorithm.
     pub direct: usize,
+    /// Calls that ran the local algorithm.
+    pub local: usize,
     /// Wrong output elements, over every call.
     pub wrong: usize,
     /// Synchronisations, each followed by the checks of the calls before it.
@@ -255,7 +257,9 @@ pub fn back_to_back<C: Collectives>(
         if (i + 1) % batch.max(1) == 0 || i + 1 == calls {
             comm.synchronize()?;
             for p in pending.drain(..) {
-                t.direct += (p.algorithm() != Algorithm::Ring) as usize;
+                let a = p.algorithm();
+                t.direct += matches!(a, Algorithm::OneShot | Algorithm::TwoShot) as usize;
+                t.local += (a == Algorithm::Local) as usize;
                 t.wrong += p.wrong()?;
             }
             t.checkpoints += 1;

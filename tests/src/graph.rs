@@ -165,10 +165,15 @@ mod tests {
 
     /// The captured cases keep covering the ring and both direct forms
     /// when `Auto`'s thresholds move (the CPU execution picks as the GPU
-    /// does).
+    /// does), with the local algorithm off; with it on, `Auto` runs every
+    /// case local.
     #[test]
     fn graph_cases_cover_every_algorithm() {
-        let comm = CpuCommunicator::with_config(4, CommConfig::default()).unwrap();
+        let local = CpuCommunicator::with_config(4, CommConfig::default()).unwrap();
+        assert!(GRAPH_CASES
+            .iter()
+            .all(|&(c, n, _)| local.algorithm_for::<f32>(c, n).unwrap() == Algorithm::Local));
+        let comm = CpuCommunicator::with_config(4, CommConfig::default().local(false)).unwrap();
         let picked: Vec<Algorithm> = GRAPH_CASES
             .iter()
             .map(|&(c, n, _)| comm.algorithm_for::<f32>(c, n).unwrap())

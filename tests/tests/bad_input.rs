@@ -366,6 +366,7 @@ fn opts(buffer_bytes: u64, threads: u64) -> CallOpts {
         algorithm: ringreduce::Algo::Ring,
         direct_half_bytes: 0,
         direct_channels: 1,
+        local_blocks: 0,
     }
 }
 

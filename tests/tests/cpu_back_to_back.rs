@@ -27,11 +27,11 @@ fn two_hundred_back_to_back() {
 }
 
 /// 1000 collectives queued with no synchronisation, on communicators that
-/// force each direct form and on one that picks by size (so ring and
-/// direct calls interleave: its direct staging of 128 KiB per half sends
-/// the larger calls to the ring): a fast rank's next call must not
-/// overwrite staging a slow peer still reads, which the two staging halves
-/// and the epochs guarantee. Every call is checked.
+/// force each direct form and on one that picks by size without the local
+/// algorithm (so ring and direct calls interleave: its direct staging of
+/// 128 KiB per half sends the larger calls to the ring): a fast rank's
+/// next call must not overwrite staging a slow peer still reads, which the
+/// two staging halves and the epochs guarantee. Every call is checked.
 #[test]
 fn direct_back_to_back_1000() {
     let k = 4;
@@ -44,7 +44,7 @@ fn direct_back_to_back_1000() {
             .ring_order(vec![1, 3, 0, 2])
             .algorithm(algo);
         if algo == Algo::Auto {
-            cfg = cfg.direct_bytes(128 << 10);
+            cfg = cfg.direct_bytes(128 << 10).local(false);
         }
         let b = CpuCommunicator::with_config(k, cfg).unwrap();
         let t = back_to_back(&b, &mut Rng(7 + calls), calls, calls, |rng| {
@@ -71,6 +71,30 @@ fn direct_back_to_back_1000() {
             assert_eq!(direct, calls as usize);
         }
     }
+}
+
+/// 300 local collectives queued with no synchronisation (`Auto` on a CPU
+/// communicator): each rank's part of a call must wait for every rank's
+/// earlier work and hold its own later work until every block of the call
+/// has ended, since any block writes any rank's output. Every call is
+/// checked.
+#[test]
+fn local_back_to_back() {
+    let cfg = CommConfig::default().ring_order(vec![2, 0, 1]);
+    let b = CpuCommunicator::with_config(3, cfg).unwrap();
+    let calls = 300;
+    let t = back_to_back(&b, &mut Rng(99), calls, calls, |rng| {
+        (match rng.below(3) {
+            0 => rng.below(16),
+            1 => rng.below(3000),
+            _ => 10_000 + rng.below(30_000),
+        }) as usize
+    })
+    .unwrap();
+    let (local, wrong) = (t.local, t.wrong);
+    println!("local: {calls} back-to-back collectives ({local} local), 0 wrong");
+    assert_eq!(wrong, 0);
+    assert_eq!(local, calls as usize);
 }
 
 /// The soak on the CPU execution: `RINGREDUCE_SOAK_OPS` (default 300)

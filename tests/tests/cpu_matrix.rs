@@ -30,18 +30,21 @@ fn comm(k: usize, cfg: CommConfig) -> CpuCommunicator {
     CpuCommunicator::with_config(k, cfg).unwrap()
 }
 
-/// Every collective, over rings of 1 to 8 ranks, identity and shuffled.
+/// Every collective on the ring, over rings of 1 to 8 ranks, identity and
+/// shuffled. (`Auto` runs the local algorithm on a CPU communicator, which
+/// `every_algorithm_forced` covers.)
 fn matrix_of(c: Collective) {
     let mut total = (0, 0);
+    let ring = || CommConfig::default().algorithm(Algo::Ring);
     for k in [1usize, 2, 3, 4, 5, 8] {
         // Larger k runs fewer samples: each collective has more ranks.
         let stride = if k >= 5 { 9 } else { 4 };
-        let b = comm(k, CommConfig::default());
+        let b = comm(k, ring());
         let (n, e) = run_all(&b, &matrix(c, k, &COUNTS, stride));
         total.0 += n;
         total.1 += e;
         if k >= 3 {
-            let b = comm(k, CommConfig::default().ring_order(shuffled(k)));
+            let b = comm(k, ring().ring_order(shuffled(k)));
             let (n, e) = run_all(&b, &matrix(c, k + 1, &COUNTS, stride));
             total.0 += n;
             total.1 += e;
@@ -70,14 +73,14 @@ fn all_reduce_matrix() {
     matrix_of(Collective::AllReduce);
 }
 
-/// Every collective with each algorithm forced (the ring, one-shot and
-/// two-shot), identity and shuffled rings: each result against the
-/// reference of that algorithm's fold order, so every rank's all-reduce is
-/// the same vector, bit for bit. Eleven ranks take the direct folds and
-/// flag waits past their first batch of eight peers.
+/// Every collective with each algorithm forced (the ring, one-shot,
+/// two-shot and local), identity and shuffled rings: each result against
+/// the reference of that algorithm's fold order, so every rank's all-reduce
+/// is the same vector, bit for bit. Eleven ranks take the direct and local
+/// folds and the flag waits past their first batch of eight peers.
 #[test]
 fn every_algorithm_forced() {
-    for algo in [Algo::Ring, Algo::OneShot, Algo::TwoShot] {
+    for algo in [Algo::Ring, Algo::OneShot, Algo::TwoShot, Algo::Local] {
         let mut total = 0;
         for c in Collective::ALL {
             for k in [2usize, 3, 5, 8, 11] {
@@ -119,28 +122,68 @@ fn forced_direct_too_large_is_refused() {
     }
     comm.synchronize().unwrap();
     assert!(recv.iter().all(|r| r.to_vec() == vec![-7.0; n]));
-    // Auto runs the ring for what direct staging cannot hold.
-    let auto = self::comm(k, CommConfig::default().direct_bytes(1024));
+    // Auto runs the ring for what direct staging cannot hold (with the
+    // local algorithm off, as on ranks that span devices).
+    let auto = self::comm(k, CommConfig::default().direct_bytes(1024).local(false));
     auto.all_reduce(&bufs, Op::Sum).unwrap();
     auto.synchronize().unwrap();
     assert!(recv.iter().all(|r| r.to_vec() == vec![3.0; n]));
 }
 
+/// A forced local algorithm on a communicator one launch cannot run whole
+/// (more ranks than a batch holds, or the local algorithm turned off) is a
+/// typed error with nothing written; `Auto` there runs the others.
+#[test]
+fn forced_local_where_it_cannot_run_is_refused() {
+    let n = 1000;
+    for (k, cfg) in [
+        (17usize, CommConfig::default()),
+        (3, CommConfig::default().local(false)),
+    ] {
+        let send: Vec<HostBuffer<f32>> = (0..k)
+            .map(|r| HostBuffer::from_slice(&vec![r as f32; n]))
+            .collect();
+        let recv: Vec<HostBuffer<f32>> = (0..k)
+            .map(|_| HostBuffer::from_slice(&vec![-7.0; n]))
+            .collect();
+        let bufs: Vec<CpuBuffers<f32>> = (0..k)
+            .map(|u| CpuBuffers::out_of_place(send[u].as_view(), recv[u].as_view()))
+            .collect();
+        let forced = comm(k, cfg.clone().algorithm(Algo::Local));
+        match forced.all_reduce(&bufs, Op::Sum) {
+            Err(ringreduce::Error::LocalUnavailable { k: got }) => assert_eq!(got, k),
+            other => panic!("k={k}: expected LocalUnavailable, got {other:?}"),
+        }
+        forced.synchronize().unwrap();
+        assert!(recv.iter().all(|r| r.to_vec() == vec![-7.0; n]));
+        let auto = comm(k, cfg);
+        let a = auto.algorithm_for::<f32>(Collective::AllReduce, n).unwrap();
+        assert_ne!(a, ringreduce::kernels::Algorithm::Local);
+        auto.all_reduce(&bufs, Op::Sum).unwrap();
+        auto.synchronize().unwrap();
+        let want = (k * (k - 1) / 2) as f32;
+        assert!(recv.iter().all(|r| r.to_vec() == vec![want; n]));
+    }
+}
+
 /// Channels C = 1..4 on counts that give every channel data, for every
 /// collective: each result is checked against the reference, which does
 /// not depend on C, so results are bitwise the same for every C.
+///
+/// The local algorithm's channels are its share of one grid, cut over
+/// every rank's blocks: the same holds for it.
 #[test]
 fn channels_one_to_four() {
     let mut ran = 0;
-    for ch in 1..=4u32 {
-        for k in [2usize, 3, 4] {
-            let b = comm(
-                k,
-                CommConfig::default().channels(ch).ring_order(shuffled(k)),
-            );
-            for c in Collective::ALL {
-                let cases = matrix(c, k, &[5000, 20_001], 11);
-                ran += run_all(&b, &cases).0;
+    for algo in [Algo::Ring, Algo::Local] {
+        for ch in 1..=4u32 {
+            for k in [2usize, 3, 4] {
+                let cfg = CommConfig::default().channels(ch).algorithm(algo);
+                let b = comm(k, cfg.ring_order(shuffled(k)));
+                for c in Collective::ALL {
+                    let cases = matrix(c, k, &[5000, 20_001], 11);
+                    ran += run_all(&b, &cases).0;
+                }
             }
         }
     }
@@ -156,6 +199,7 @@ fn many_chunks_with_a_small_buffer() {
     for (k, tiles, ch) in [(2usize, 3u64, 1u32), (3, 2, 2), (4, 5, 1), (5, 1, 3)] {
         let buffer = STAGING_SLOTS * (tiles * tile_bytes + PACK_BYTES);
         let cfg = CommConfig::default()
+            .algorithm(Algo::Ring)
             .buffer_bytes(buffer)
             .channels(ch)
             .ring_order(shuffled(k));
@@ -193,7 +237,8 @@ fn many_chunks_with_a_small_buffer() {
 #[test]
 fn prefetch_distances_give_the_same_results() {
     for pf in [0u8, 4, 15] {
-        let b = comm(3, CommConfig::default().prefetch_rounds(pf));
+        let cfg = CommConfig::default().algorithm(Algo::Ring);
+        let b = comm(3, cfg.prefetch_rounds(pf));
         let (c, _) = run_all(&b, &matrix(Collective::AllReduce, 3, &COUNTS, 9));
         assert!(c > 0);
     }
@@ -203,9 +248,9 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     /// Any collective, type, count and placement gives the reference's
-    /// bits with every channel count: so no result depends on C, and every
-    /// rank's all-reduce result is the same (the reference gives every rank
-    /// one vector).
+    /// bits with every channel count, on the ring and local: so no result
+    /// depends on C, and every rank's all-reduce result is the same (the
+    /// reference gives every rank one vector).
     #[test]
     fn results_do_not_depend_on_channels(
         ci in 0usize..3,
@@ -227,10 +272,12 @@ proptest! {
             offsets: if congruent { Offsets::Congruent(o) } else { Offsets::Scattered(o) },
             seed,
         };
-        for ch in 1..=4u32 {
-            let b = comm(k, CommConfig::default().channels(ch));
-            let got = run_case(&b, &case).unwrap();
-            prop_assert_eq!(got.wrong, 0, "C={} {:?}", ch, case);
+        for algo in [Algo::Ring, Algo::Local] {
+            for ch in 1..=4u32 {
+                let b = comm(k, CommConfig::default().channels(ch).algorithm(algo));
+                let got = run_case(&b, &case).unwrap();
+                prop_assert_eq!(got.wrong, 0, "{} C={} {:?}", algo.name(), ch, case);
+            }
         }
     }
 }

@@ -27,20 +27,25 @@ fn run_all(comm: &Communicator, cases: &[Case]) -> (usize, usize) {
 }
 
 /// Every collective over rings of 1 to 8 virtual ranks, identity and
-/// shuffled, with one channel and with three.
+/// shuffled, with one channel and with three, on the ring and direct
+/// algorithms (`Auto` without the local one, as ranks on several devices
+/// run; `gpu_algorithms` covers the local one).
 fn gpu_matrix(dev: usize) {
     let mut total = (0, 0);
     for c in Collective::ALL {
         for k in [1usize, 2, 3, 4, 8] {
             // One communicator at a time: each holds its blocks in the pool.
             {
-                let b = gpu_comm(dev, k, CommConfig::default()).unwrap();
+                let b = gpu_comm(dev, k, CommConfig::default().local(false)).unwrap();
                 let (n, e) = run_all(&b, &matrix(c, k, &COUNTS, 2));
                 total.0 += n;
                 total.1 += e;
             }
             if k >= 3 {
-                let cfg = CommConfig::default().ring_order(shuffled(k)).channels(3);
+                let cfg = CommConfig::default()
+                    .local(false)
+                    .ring_order(shuffled(k))
+                    .channels(3);
                 let b = gpu_comm(dev, k, cfg).unwrap();
                 let (n, e) = run_all(&b, &matrix(c, k + 1, &COUNTS, 3));
                 total.0 += n;
@@ -54,14 +59,18 @@ fn gpu_matrix(dev: usize) {
     );
 }
 
-/// Channels 1 to 4 on counts that give every channel data.
+/// Channels 1 to 4 on counts that give every channel data, on the ring and
+/// local algorithms.
 fn gpu_channels(dev: usize) {
     let mut count = 0;
-    for ch in 1..=4u32 {
-        for k in [2usize, 4] {
-            let b = gpu_comm(dev, k, CommConfig::default().channels(ch)).unwrap();
-            for c in Collective::ALL {
-                count += run_all(&b, &matrix(c, k, &[100_003, 1 << 20], 7)).0;
+    for algo in [Algo::Ring, Algo::Local] {
+        for ch in 1..=4u32 {
+            for k in [2usize, 4] {
+                let cfg = CommConfig::default().channels(ch).algorithm(algo);
+                let b = gpu_comm(dev, k, cfg).unwrap();
+                for c in Collective::ALL {
+                    count += run_all(&b, &matrix(c, k, &[100_003, 1 << 20], 7)).0;
+                }
             }
         }
     }
@@ -74,6 +83,7 @@ fn gpu_small_buffer_many_chunks(dev: usize) {
     for (k, tiles, ch) in [(2usize, 3u64, 1u32), (3, 2, 2), (4, 5, 1), (8, 1, 2)] {
         let buffer = STAGING_SLOTS * (tiles * tile + PACK_BYTES);
         let cfg = CommConfig::default()
+            .algorithm(Algo::Ring)
             .buffer_bytes(buffer)
             .channels(ch)
             .ring_order(shuffled(k));
@@ -167,32 +177,40 @@ fn gpu_large_counts(dev: usize) {
             false,
         ),
     ];
+    // Each on the ring and on the local algorithm.
     for (i, (coll, k, dtype, op, n, in_place)) in runs.into_iter().enumerate() {
-        let b = gpu_comm(dev, k, CommConfig::default()).unwrap();
-        let c = Case {
-            collective: coll,
-            dtype,
-            op,
-            n,
-            in_place,
-            offsets: Offsets::Congruent(i % 2),
-            seed: i as u64,
-        };
-        let o = run_case(&*b, &c).unwrap();
-        assert_eq!(o.wrong, 0, "{c:?}");
-        println!(
-            "gpu large: {} k={k} {} {} n={n}: {} elements, 0 wrong",
-            coll.name(),
-            dtype.name(),
-            op.name(),
-            o.elements
-        );
+        for algo in [Algo::Ring, Algo::Local] {
+            let b = gpu_comm(dev, k, CommConfig::default().algorithm(algo)).unwrap();
+            let c = Case {
+                collective: coll,
+                dtype,
+                op,
+                n,
+                in_place,
+                offsets: Offsets::Congruent(i % 2),
+                seed: i as u64,
+            };
+            let o = run_case(&*b, &c).unwrap();
+            assert_eq!(o.wrong, 0, "{} {c:?}", algo.name());
+            println!(
+                "gpu large: {} {} k={k} {} {} n={n}: {} elements, 0 wrong",
+                algo.name(),
+                coll.name(),
+                dtype.name(),
+                op.name(),
+                o.elements
+            );
+        }
     }
 }
 
+/// 1000 mixed collectives queued with no synchronisation: at k = 4 by
+/// `Auto` without the local algorithm (ring and direct), at k = 8 with it
+/// (all local).
 fn gpu_back_to_back_1000(dev: usize) {
     for k in [4usize, 8] {
-        let b = gpu_comm(dev, k, CommConfig::default().ring_order(shuffled(k))).unwrap();
+        let cfg = CommConfig::default().ring_order(shuffled(k)).local(k == 8);
+        let b = gpu_comm(dev, k, cfg).unwrap();
         // Checked in batches of 250 to bound host memory, still with no
         // sync between the collectives of a batch.
         let t = back_to_back(&*b, &mut Rng(7 + k as u64), 1000, 250, |rng| {
@@ -216,7 +234,7 @@ fn gpu_back_to_back_1000(dev: usize) {
 fn gpu_algorithms(dev: usize) {
     // The ring is `gpu_matrix`'s; a forced two-shot is one-shot for all but
     // the all-reduce.
-    for algo in [Algo::OneShot, Algo::TwoShot] {
+    for algo in [Algo::OneShot, Algo::TwoShot, Algo::Local] {
         let mut total = 0;
         for c in Collective::ALL {
             if algo == Algo::TwoShot && c != Collective::AllReduce {
@@ -235,15 +253,18 @@ fn gpu_algorithms(dev: usize) {
     }
 }
 
-/// 1000 direct and mixed collectives queued with no synchronisation: the
-/// staging halves must keep a fast rank's next call off what a slow peer
-/// still reads.
+/// 1000 direct, local and mixed collectives queued with no
+/// synchronisation: the staging halves must keep a fast rank's next call
+/// off what a slow peer still reads, and a local call's launch must follow
+/// and precede every rank's work. `Auto` runs without the local algorithm,
+/// so that ring and direct calls mix.
 fn gpu_direct_back_to_back(dev: usize) {
-    for algo in [Algo::OneShot, Algo::TwoShot, Algo::Auto] {
+    for algo in [Algo::OneShot, Algo::TwoShot, Algo::Local, Algo::Auto] {
         let k = 8;
         let cfg = CommConfig::default()
             .ring_order(shuffled(k))
-            .algorithm(algo);
+            .algorithm(algo)
+            .local(algo != Algo::Auto);
         let b = gpu_comm(dev, k, cfg).unwrap();
         let t = back_to_back(&*b, &mut Rng(99), 1000, 1000, |rng| {
             (match rng.below(3) {
@@ -262,12 +283,20 @@ fn gpu_direct_back_to_back(dev: usize) {
     }
 }
 
-/// Ten mixed collectives (direct and ring, every kind) on virtual ranks
-/// sharing one stream, launched normally, then captured in a CUDA graph and
-/// replayed 200 times with new inputs, then launched normally again: the
-/// kernel-owned counters must carry over between replays and launches.
+/// Ten mixed collectives (direct and ring, every kind; then all local) on
+/// virtual ranks sharing one stream, launched normally, then captured in a
+/// CUDA graph and replayed 200 times with new inputs, then launched
+/// normally again: the kernel-owned counters must carry over between
+/// replays and launches.
 fn gpu_graph_replay(dev: usize) {
-    let b = gpu_comm_on(&[dev; 4], CommConfig::default()).unwrap();
+    for local in [false, true] {
+        graph_replay_with(dev, CommConfig::default().local(local));
+    }
+}
+
+fn graph_replay_with(dev: usize, cfg: CommConfig) {
+    let local = cfg.local;
+    let b = gpu_comm_on(&[dev; 4], cfg).unwrap();
     let mut cap = Captured::new(&b, &GRAPH_CASES).unwrap();
     let check = |cap: &mut Captured, round: u64, run: &dyn Fn(&Captured)| {
         cap.fill(round).unwrap();
@@ -282,7 +311,8 @@ fn gpu_graph_replay(dev: usize) {
     }
     wrong += check(&mut cap, 201, &|c| c.enqueue(&b).unwrap());
     println!(
-        "gpu graph: 10 collectives launched, captured, replayed 200 times, launched: {wrong} wrong"
+        "gpu graph (local {local}): 10 collectives launched, captured, replayed 200 times, \
+         launched: {wrong} wrong"
     );
     assert_eq!(wrong, 0);
 }

@@ -568,11 +568,13 @@ fn gpu_poisoned_inputs_match_the_cpu(dev: usize) {
     println!("gpu poisoned inputs: NaN/Inf/signed zeros agree with the CPU execution for all ops");
 }
 
-/// Small and quick: the workload compute-sanitizer runs.
+/// Small and quick: the workload compute-sanitizer runs, with and without
+/// the local algorithm.
 fn gpu_sanitize_small(dev: usize) {
     let mut count = 0;
-    for k in [2usize, 3] {
-        let b = gpu_comm(dev, k, CommConfig::default().channels(2)).unwrap();
+    for (k, local) in [(2usize, false), (3, false), (2, true), (3, true)] {
+        let cfg = CommConfig::default().channels(2).local(local);
+        let b = gpu_comm(dev, k, cfg).unwrap();
         for (i, n) in [1usize, 7, 257, 4097, 70_000].into_iter().enumerate() {
             for (j, dtype) in [DataType::F32, DataType::I8, DataType::Bf16]
                 .into_iter()
@@ -599,12 +601,16 @@ fn gpu_sanitize_small(dev: usize) {
     println!("gpu sanitize-small: {count} collectives, 0 wrong");
 }
 
+/// The soak: `RINGREDUCE_SOAK_OPS` mixed collectives per ring size over
+/// several stream sets, checked every 500.
 fn gpu_soak(dev: usize) {
     let ops: usize = env_or("RINGREDUCE_SOAK_OPS", 10_000);
     let max_count: usize = env_or("RINGREDUCE_SOAK_MAX_COUNT", 1 << 22);
     for k in soak_ks(&[4, 8]) {
         let ring = soak_ring(k);
-        let comm = gpu_comm(dev, k, CommConfig::default().ring_order(ring)).unwrap();
+        // k = 4 on the ring and direct algorithms, k = 8 local (`Auto`).
+        let cfg = CommConfig::default().ring_order(ring).local(k != 4);
+        let comm = gpu_comm(dev, k, cfg).unwrap();
         let set_count: usize = env_or("RINGREDUCE_SOAK_SETS", 3);
         let sets: Vec<Vec<Arc<CudaStream>>> = (0..set_count.max(1))
             .map(|_| comm.new_streams().unwrap())

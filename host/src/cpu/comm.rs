@@ -9,14 +9,15 @@ use crate::planner::{connect, plan, BufferSpan, ChannelWiring, Plan, RankWiring}
 use crate::ring::RingOrder;
 use crate::state::CommState;
 use ringreduce_kernels::abi::{
-    Collective, DirectPeer, RankConn, Work, CPU_THREADS, DIRECT_FLAG_STRIDE, MAX_CHANNELS,
+    Algorithm, Batch, Collective, DirectPeer, RankConn, Work, BATCH_RANKS, CPU_THREADS,
+    DIRECT_FLAG_STRIDE, MAX_CHANNELS,
 };
-use ringreduce_kernels::entry;
 use ringreduce_kernels::plan::DEFAULT_BUFFER_BYTES;
-use ringreduce_kernels::{Avg, Element, Max, Min, Op, Prod, ReduceOp, StatusRecord, Sum};
+use ringreduce_kernels::{entry, local};
+use ringreduce_kernels::{Avg, Element, Max, Min, Op, Prod, StatusRecord, Sum};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -203,7 +204,14 @@ impl CpuCommunicator {
                 direct_peers: peers_at,
             })
             .collect();
-        let state = CommState::new(ring, config, channels, staging, half)?;
+        // Every rank's job of a local call meets the others before and after
+        // it, as one launch would run them (`CpuCommunicator::collective`).
+        let local_blocks = if k <= BATCH_RANKS {
+            (k * channels) as u64
+        } else {
+            0
+        };
+        let state = CommState::new(ring, config, channels, staging, half, local_blocks)?;
         let conns = connect(
             &state.ring,
             &wiring,
@@ -262,6 +270,13 @@ impl CpuCommunicator {
         self.inner
             .state
             .algorithm_for(c, n as u64, std::mem::size_of::<T>() as u64)
+    }
+
+    /// Blocks per rank a call of `c` with count `n` of `T` runs: the
+    /// configured number, or one chosen by algorithm and size.
+    pub fn channels_for<T: crate::RsElement>(&self, c: Collective, n: usize) -> Result<usize> {
+        let size = std::mem::size_of::<T>() as u64;
+        Ok(self.inner.state.channels_for(c, n as u64, size)? as usize)
     }
 
     /// Channels each rank has; a call uses at most this many.
@@ -371,6 +386,46 @@ impl CpuCommunicator {
                     }),
                 )
             }
+            Plan::Launch {
+                algorithm: Algorithm::Local,
+                works,
+                ..
+            } => {
+                // One launch's grid, cut by rank: each rank's worker runs its
+                // own blocks once every rank's earlier work is done, and goes
+                // on only when every block has ended, as the launch's events
+                // order a GPU's streams.
+                let batch = Arc::new(Batch::new(&works).ok_or_else(|| {
+                    Error::Broken("internal: a local call does not make one batch".into())
+                })?);
+                let (start, end) = (Arc::new(Barrier::new(k)), Arc::new(Barrier::new(k)));
+                for (u, w) in works.iter().copied().enumerate() {
+                    let guards = guards_for(&bufs[u]);
+                    let (inner, batch, start, end) = (
+                        self.inner.clone(),
+                        batch.clone(),
+                        start.clone(),
+                        end.clone(),
+                    );
+                    let first = u as u64 * w.channels;
+                    self.submit(
+                        u,
+                        Box::new(move || {
+                            let _g = guards;
+                            let _keep = inner;
+                            start.wait();
+                            run_grid(w.channels, &|lane| {
+                                // SAFETY: the batch comes from the planner
+                                // for this call, whose buffers every rank's
+                                // job holds between the two barriers.
+                                unsafe { run_local::<T>(op, lane, &batch, first + lane.block) }
+                            });
+                            end.wait();
+                        }),
+                    )?;
+                }
+                Ok(())
+            }
             Plan::Launch { works, .. } => {
                 let withhold = self.inner.state.hooks().withhold_rank;
                 for (u, w) in works.into_iter().enumerate() {
@@ -384,7 +439,11 @@ impl CpuCommunicator {
                         Box::new(move || {
                             let _g = guards;
                             let _keep = inner;
-                            run_grid::<T>(op, &w);
+                            run_grid(w.channels, &|lane| {
+                                // SAFETY: `w` comes from the planner for this
+                                // communicator, whose memory outlives the job.
+                                unsafe { run_rank::<T>(op, lane, &w) }
+                            });
                         }),
                     )?;
                 }
@@ -470,36 +529,51 @@ fn read_status(words: &[AtomicU64; StatusRecord::WORDS]) -> StatusRecord {
     StatusRecord::from_words(std::array::from_fn(|i| words[i].load(Ordering::Acquire)))
 }
 
-fn run_grid<T: Element>(op: Op, w: &Work) {
+/// Runs `w`'s block on `lane` with the kernel code for `op`.
+///
+/// # Safety
+/// As for [`entry::run`].
+unsafe fn run_rank<T: Element>(op: Op, lane: &Lane<'_>, w: &Work) {
     match op {
-        Op::Sum => run_lanes::<T, Sum>(w),
-        Op::Prod => run_lanes::<T, Prod>(w),
-        Op::Max => run_lanes::<T, Max>(w),
-        Op::Min => run_lanes::<T, Min>(w),
-        Op::Avg => run_lanes::<T, Avg>(w),
+        Op::Sum => entry::run::<Lane<'_>, T, Sum, CPU_THREADS>(lane, w),
+        Op::Prod => entry::run::<Lane<'_>, T, Prod, CPU_THREADS>(lane, w),
+        Op::Max => entry::run::<Lane<'_>, T, Max, CPU_THREADS>(lane, w),
+        Op::Min => entry::run::<Lane<'_>, T, Min, CPU_THREADS>(lane, w),
+        Op::Avg => entry::run::<Lane<'_>, T, Avg, CPU_THREADS>(lane, w),
     }
 }
 
-/// One rank's grid: a block per channel, each of `CPU_THREADS` producer
-/// lanes and the control lane, all at once, as a GPU runs them.
-fn run_lanes<T: Element, O: ReduceOp>(w: &Work) {
-    let blocks: Vec<BlockSync> = (0..w.channels)
+/// Runs block `block` of a local call's grid on `lane`.
+///
+/// # Safety
+/// As for [`local::run`].
+unsafe fn run_local<T: Element>(op: Op, lane: &Lane<'_>, b: &Batch, block: u64) {
+    match op {
+        Op::Sum => local::run::<Lane<'_>, T, Sum, CPU_THREADS>(lane, b, block),
+        Op::Prod => local::run::<Lane<'_>, T, Prod, CPU_THREADS>(lane, b, block),
+        Op::Max => local::run::<Lane<'_>, T, Max, CPU_THREADS>(lane, b, block),
+        Op::Min => local::run::<Lane<'_>, T, Min, CPU_THREADS>(lane, b, block),
+        Op::Avg => local::run::<Lane<'_>, T, Avg, CPU_THREADS>(lane, b, block),
+    }
+}
+
+/// `blocks` blocks, each of `CPU_THREADS` producer lanes and the control
+/// lane, all at once, as a GPU runs them; every lane runs `body`.
+fn run_grid(blocks: u64, body: &(dyn Fn(&Lane<'_>) + Sync)) {
+    let syncs: Vec<BlockSync> = (0..blocks)
         .map(|_| BlockSync::new(CPU_THREADS as usize))
         .collect();
     let epoch = Instant::now();
     std::thread::scope(|s| {
-        for (block, sync) in blocks.iter().enumerate() {
+        for (block, sync) in syncs.iter().enumerate() {
             for tid in 0..=CPU_THREADS {
                 s.spawn(move || {
-                    let lane = Lane {
+                    body(&Lane {
                         tid,
                         block: block as u64,
                         sync,
                         epoch,
-                    };
-                    // SAFETY: `w` comes from the planner for this
-                    // communicator, whose memory outlives the job.
-                    unsafe { entry::run::<Lane<'_>, T, O, CPU_THREADS>(&lane, w) }
+                    })
                 });
             }
         }

@@ -163,6 +163,13 @@ impl Communicator {
             .algorithm_for(c, n as u64, std::mem::size_of::<T>() as u64)
     }
 
+    /// Blocks per rank a call of `c` with count `n` of `T` runs: the
+    /// configured number, or one chosen by algorithm and size.
+    pub fn channels_for<T: crate::RsElement>(&self, c: Collective, n: usize) -> Result<usize> {
+        let size = std::mem::size_of::<T>() as u64;
+        Ok(self.inner.state.channels_for(c, n as u64, size)? as usize)
+    }
+
     /// Channels each rank has; a call uses at most this many.
     pub fn max_channels(&self) -> usize {
         self.inner.state.max_channels

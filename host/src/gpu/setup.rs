@@ -183,7 +183,14 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
         })
         .collect();
     let spans = ctxs.len() > 1;
-    let state = CommState::new(ring, config, max_channels, buffer, half)?;
+    // One launch runs every rank when they share a device and one batch
+    // holds them; a local call then fills the device once.
+    let local_blocks = if !spans && k <= BATCH_RANKS {
+        resident_blocks as u64
+    } else {
+        0
+    };
+    let state = CommState::new(ring, config, max_channels, buffer, half, local_blocks)?;
     let conns = connect(&state.ring, &wiring, state.statics(host.device, spans));
     for (r, c) in ranks.iter().zip(&conns) {
         // SAFETY: `RankConn` is plain `repr(C)` data and the allocation

@@ -118,11 +118,22 @@ pub enum Algorithm {
     /// blocks each rank then reads from its peers: two rounds of flags,
     /// and each rank reads `2n` instead of `k n`.
     TwoShot = 2,
+    /// Local: every rank on one device, in one launch. Each block reads
+    /// its share of every rank's input and writes every rank's output
+    /// itself: no staging and no flags, since the launch already follows
+    /// every rank's stream and precedes it again. Folds in user-rank order,
+    /// as the direct algorithms do.
+    Local = 3,
 }
 
 impl Algorithm {
     /// Every value, in discriminant order (so `ALL[v]` has value `v`).
-    pub const ALL: [Algorithm; 3] = [Algorithm::Ring, Algorithm::OneShot, Algorithm::TwoShot];
+    pub const ALL: [Algorithm; 4] = [
+        Algorithm::Ring,
+        Algorithm::OneShot,
+        Algorithm::TwoShot,
+        Algorithm::Local,
+    ];
 
     pub fn from_u64(v: u64) -> Option<Self> {
         Self::ALL.get(v as usize).copied()
@@ -134,6 +145,7 @@ impl Algorithm {
             Algorithm::Ring => "ring",
             Algorithm::OneShot => "one-shot",
             Algorithm::TwoShot => "two-shot",
+            Algorithm::Local => "local",
         }
     }
 }
@@ -261,7 +273,9 @@ pub struct Work {
     pub conn: u64,
     /// A [`Collective`].
     pub collective: u64,
-    /// Channels (blocks) of this call, at most [`MAX_CHANNELS`].
+    /// Channels (blocks) of this call, at most [`MAX_CHANNELS`]; for a
+    /// local call, only this rank's share of the grid's blocks, which
+    /// touch no channel state (see [`crate::local`]).
     pub channels: u64,
     pub send: u64,
     pub recv: u64,

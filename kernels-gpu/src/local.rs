@@ -1,0 +1,117 @@
+//! The local collectives: every rank on one device, run by one launch.
+//!
+//! The launch is ordered after every rank's stream and before it again
+//! (events, see the host's launch), so when any block starts, every rank's
+//! input is ready, and no rank reads its output before every block has
+//! ended. A block can therefore read its share of every rank's input
+//! straight from the user's buffer and write every rank's output itself:
+//! no staging, no flags, no waits. Each element is read once per input and
+//! written once per output, the least traffic a collective needs, which is
+//! what a ring through staging cannot reach on one memory.
+//!
+//! Work is cut over the whole grid, not per rank: the collective's
+//! elements (`k` segments of `n` for reduce-scatter and all-gather, one of
+//! `n` for all-reduce) go to the blocks in equal runs of whole rows of
+//! packs. Every element folds its inputs in user-rank order `0, 1, ...,
+//! k - 1`, as the direct algorithms do, so the results have their bits, and
+//! an all-reduce writes one value to every rank's output.
+
+use crate::abi::{Batch, Collective, BATCH_RANKS};
+use crate::device::Device;
+use crate::element::Element;
+use crate::op::ReduceOp;
+use crate::plan::PACK_BYTES;
+use crate::transfer::fold;
+use core::mem::size_of;
+
+/// Every rank's input and output addresses, in user-rank order: the batch
+/// is read with constant indices only (see [`Batch::work`]).
+struct Ends {
+    send: [u64; BATCH_RANKS],
+    recv: [u64; BATCH_RANKS],
+}
+
+impl Ends {
+    #[inline(always)]
+    fn of(b: &Batch) -> Ends {
+        // Spelled out per entry, like `Batch::work`, so that no index into
+        // the by-value batch is dynamic.
+        macro_rules! each {
+            ($f:ident: $($u:literal)*) => {[$(b.works[$u].$f),*]};
+        }
+        Ends {
+            send: each!(send: 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15),
+            recv: each!(recv: 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15),
+        }
+    }
+}
+
+/// Runs block `block` of a local collective's grid of `b.blocks()`
+/// blocks. Every lane of the block calls it; the control lane has nothing
+/// to do.
+///
+/// # Safety
+/// `b` must come from the host planner with every rank of the collective,
+/// in user-rank order, and the launch must be ordered as the module says.
+#[inline(always)]
+pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
+    d: &D,
+    b: &Batch,
+    block: u64,
+) {
+    let tid = d.thread_idx();
+    let (k, blocks) = (b.ranks, b.blocks());
+    if tid >= THREADS || k == 0 || k > BATCH_RANKS as u64 || block >= blocks {
+        return;
+    }
+    let w = &b.works[0];
+    let Some(c) = Collective::from_u64(w.collective) else {
+        return;
+    };
+    let g = &w.geometry;
+    let sz = size_of::<T>() as u64;
+    let seg = if c == Collective::AllReduce {
+        g.total
+    } else {
+        g.block_elems
+    };
+    if seg == 0 {
+        return;
+    }
+    // Runs of whole rows of packs, so that each keeps the buffers'
+    // alignment.
+    let row = (THREADS * PACK_BYTES / sz).max(1);
+    let run = g.total.div_ceil(row).div_ceil(blocks) * row;
+    let lo = block.saturating_mul(run).min(g.total);
+    let hi = lo.saturating_add(run).min(g.total);
+    let ends = Ends::of(b);
+    let (aligned, lanes, kk) = (w.aligned != 0, (tid, THREADS), k as u32);
+    let at = |base: u64, i: u64| (base + i * sz) as *mut T;
+    let mut i = lo;
+    while i < hi {
+        let (s, e) = (i / seg, i % seg);
+        let len = (hi - i).min(seg - e);
+        match c {
+            // Segment `s` is rank `s`'s output, folded from block `s` of
+            // every input.
+            Collective::ReduceScatter => {
+                let dst = |_| at(ends.recv[s as usize], e);
+                let src = |u: u64| at(ends.send[u as usize], i) as *const T;
+                fold::<D, T, O, true>(d, lanes, dst, 1, src, k, len, aligned, kk);
+            }
+            // Segment `s` is rank `s`'s input, copied to block `s` of every
+            // output.
+            Collective::AllGather => {
+                let dst = |u: u64| at(ends.recv[u as usize], i);
+                let src = |_| at(ends.send[s as usize], e) as *const T;
+                fold::<D, T, O, false>(d, lanes, dst, k, src, 1, len, aligned, 1);
+            }
+            Collective::AllReduce => {
+                let dst = |u: u64| at(ends.recv[u as usize], e);
+                let src = |u: u64| at(ends.send[u as usize], e) as *const T;
+                fold::<D, T, O, true>(d, lanes, dst, k, src, k, len, aligned, kk);
+            }
+        }
+        i += len;
+    }
+}
