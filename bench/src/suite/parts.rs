@@ -201,7 +201,7 @@ pub fn all() -> Vec<Part> {
         ),
         sweep(
             "bench-sweep-k4-auto",
-            "size sweep of all three collectives, k = 4, f32 sum, 8 B to 1 GiB, factor 4, automatic channels",
+            "size sweep of all three collectives, k = 4, f32 sum, 8 B to 1 GiB, factor 4, auto (local on one GPU), automatic channels",
             "-g 4 -d float -o sum -f 4 --collective all",
             "-b 8 -e 1G -n 5 -w 2",
             "-b 8 -e 512K -n 2 -w 1",
@@ -217,7 +217,7 @@ pub fn all() -> Vec<Part> {
         ),
         sweep(
             "bench-sweep-k8-auto",
-            "size sweep, k = 8, automatic channels",
+            "size sweep, k = 8, auto, automatic channels",
             "-g 8 -d float -o sum -f 4 --collective all",
             "-b 8 -e 1G -n 5 -w 2",
             "-b 8 -e 512K -n 2 -w 1",
@@ -233,7 +233,7 @@ pub fn all() -> Vec<Part> {
         ),
         sweep(
             "bench-sweep-k2-auto",
-            "size sweep, k = 2, automatic channels",
+            "size sweep, k = 2, auto, automatic channels",
             "-g 2 -d float -o sum -f 4 --collective all",
             "-b 8 -e 1G -n 5 -w 2",
             "-b 8 -e 512K -n 2 -w 1",
@@ -249,8 +249,8 @@ pub fn all() -> Vec<Part> {
         ),
         sweep(
             "bench-table-k2-auto",
-            "the issue's table rows: all three collectives at 64 MiB and 1 GiB, k = 2, automatic channels",
-            "-g 2 -d float -o sum -f 16 --collective all",
+            "the ring engine's table rows: all three collectives on the ring at 64 MiB and 1 GiB, k = 2, automatic channels",
+            "-g 2 -d float -o sum -f 16 --collective all --algo ring",
             "-b 64M -e 1G -n 5 -w 2",
             "-b 4K -e 64K -n 1 -w 1",
             40,
@@ -265,8 +265,8 @@ pub fn all() -> Vec<Part> {
         ),
         sweep(
             "bench-table-k4-auto",
-            "the table rows, k = 4, automatic channels",
-            "-g 4 -d float -o sum -f 16 --collective all",
+            "the table rows, k = 4, the ring with automatic channels",
+            "-g 4 -d float -o sum -f 16 --collective all --algo ring",
             "-b 64M -e 1G -n 5 -w 2",
             "-b 4K -e 64K -n 1 -w 1",
             60,
@@ -281,8 +281,8 @@ pub fn all() -> Vec<Part> {
         ),
         sweep(
             "bench-table-k8-auto",
-            "the table rows, k = 8, automatic channels",
-            "-g 8 -d float -o sum -f 16 --collective all",
+            "the table rows, k = 8, the ring with automatic channels",
+            "-g 8 -d float -o sum -f 16 --collective all --algo ring",
             "-b 64M -e 1G -n 5 -w 2",
             "-b 4K -e 64K -n 1 -w 1",
             100,
