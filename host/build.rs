@@ -76,9 +76,14 @@ fn main() {
 ///   round of loads in flight (`bench/NOTES.md`).
 ///
 /// The task entry (`abi::TASK_ENTRY`), whose launches are many blocks of
-/// `TASK_THREADS`, gets `TASK_MIN_BLOCKS_PER_SM` instead.
+/// `TASK_THREADS`, gets `TASK_MIN_BLOCKS_PER_SM` instead, and the local
+/// entries (`abi::LOCAL_ENTRY_PREFIX`) `LOCAL_THREADS` and
+/// `LOCAL_MIN_BLOCKS_PER_SM`.
 fn with_module_additions(ptx: &str, n: u32) -> String {
-    use ringreduce_kernels::abi::{TASK_ENTRY, TASK_MIN_BLOCKS_PER_SM, TASK_THREADS};
+    use ringreduce_kernels::abi::{
+        LOCAL_ENTRY_PREFIX, LOCAL_MIN_BLOCKS_PER_SM, LOCAL_THREADS, TASK_ENTRY,
+        TASK_MIN_BLOCKS_PER_SM, TASK_THREADS,
+    };
     let mut out = String::with_capacity(ptx.len() + 4096);
     let mut in_entry_params = false;
     let mut bounds = (n, 1);
@@ -86,8 +91,11 @@ fn with_module_additions(ptx: &str, n: u32) -> String {
         if line.starts_with(".visible .entry") || line.starts_with(".entry") {
             in_entry_params = true;
             let task = line.contains(&format!(" {TASK_ENTRY}("));
+            let local = line.contains(&format!(" {LOCAL_ENTRY_PREFIX}"));
             bounds = if task {
                 (TASK_THREADS, TASK_MIN_BLOCKS_PER_SM)
+            } else if local {
+                (LOCAL_THREADS, LOCAL_MIN_BLOCKS_PER_SM)
             } else {
                 (n, 1)
             };

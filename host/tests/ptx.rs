@@ -1,13 +1,17 @@
 //! The embedded PTX holds every kernel and calls nothing it does not define.
 
 use ringreduce::gpu::module::{all_kernel_names, PTX};
-use ringreduce::kernels::abi::{BLOCK_THREADS, TASK_ENTRY, TASK_MIN_BLOCKS_PER_SM, TASK_THREADS};
+use ringreduce::kernels::abi::{
+    BLOCK_THREADS, LOCAL_ENTRY_PREFIX, LOCAL_MIN_BLOCKS_PER_SM, LOCAL_THREADS, TASK_ENTRY,
+    TASK_MIN_BLOCKS_PER_SM, TASK_THREADS,
+};
 
 #[test]
 fn every_kernel_entry_is_present() {
     let names = all_kernel_names();
-    // 10 types x 5 ops, four bench kernels and the gradient layer's task.
-    assert_eq!(names.len(), 55);
+    // 10 types x 5 ops, twice (collective and local), four bench kernels
+    // and the gradient layer's task.
+    assert_eq!(names.len(), 105);
     for n in names {
         let decl = format!(".entry {n}(");
         assert!(PTX.contains(&decl), "missing kernel {n}");
@@ -32,14 +36,23 @@ fn targets_the_requested_architecture() {
     );
 }
 
-/// The collectives' bounds on every entry but the task's, which has its
-/// own (many blocks of `TASK_THREADS` per SM).
+/// The collectives' bounds on every entry but the task's and the local
+/// ones, which have their own (several blocks per SM).
 #[test]
 fn every_entry_has_launch_bounds() {
     let entries = PTX.matches(".entry ").count();
-    assert!(entries > 1);
+    let locals = PTX.matches(&format!(".entry {LOCAL_ENTRY_PREFIX}")).count();
+    assert_eq!(locals, 50);
     let bound = format!(".maxntid {BLOCK_THREADS}, 1, 1\n.minnctapersm 1\n");
-    assert_eq!(PTX.matches(bound.as_str()).count(), entries - 1);
+    assert_eq!(PTX.matches(bound.as_str()).count(), entries - 1 - locals);
+    let bound =
+        format!(".maxntid {LOCAL_THREADS}, 1, 1\n.minnctapersm {LOCAL_MIN_BLOCKS_PER_SM}\n");
+    let local_bounds = PTX
+        .split(".entry ")
+        .filter(|e| e.starts_with(LOCAL_ENTRY_PREFIX))
+        .filter(|e| e.contains(&bound))
+        .count();
+    assert_eq!(local_bounds, locals);
     let task = PTX
         .split(".entry ")
         .find(|e| e.starts_with(&format!("{TASK_ENTRY}(")))

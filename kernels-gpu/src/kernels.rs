@@ -1,5 +1,5 @@
 //! PTX entry points: one kernel per (type, op), which runs every
-//! collective, plus the kernels the bench runner measures its ceilings
+//! collective on the ring or direct, one local kernel per (type, op), plus the kernels the bench runner measures its ceilings
 //! with. The entries and the host's names come from one table
 //! ([`crate::for_each_type`]).
 
@@ -22,14 +22,29 @@ macro_rules! entry {
         pub mod $on {
             #[export_name = $crate::entry_name!($tn, $on)]
             pub unsafe extern "ptx-kernel" fn entry(b: $crate::abi::Batch) {
-                $crate::entry::run_launch::<
+                let Some((rank, channel)) = b.locate($crate::arch::nvptx::block_idx()) else {
+                    return;
+                };
+                $crate::entry::run::<
                     super::super::Block,
                     $t,
                     $crate::op::$op,
                     { $crate::abi::GPU_THREADS },
-                >(&b, $crate::arch::nvptx::block_idx(), |channel| {
-                    super::super::Block { channel }
-                });
+                >(&super::super::Block { channel }, &b.work(rank));
+            }
+
+            #[export_name = $crate::local_entry_name!($tn, $on)]
+            pub unsafe extern "ptx-kernel" fn local(a: $crate::abi::LocalArgs) {
+                $crate::local::run::<
+                    super::super::Block,
+                    $t,
+                    $crate::op::$op,
+                    { $crate::abi::LOCAL_THREADS as u64 },
+                >(
+                    &super::super::Block { channel: 0 },
+                    &a,
+                    $crate::arch::nvptx::block_idx(),
+                );
             }
         }
     };

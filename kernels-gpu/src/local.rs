@@ -9,6 +9,12 @@
 //! written once per output, the least traffic a collective needs, which is
 //! what a ring through staging cannot reach on one memory.
 //!
+//! Local calls have their own entries (`ringreduce_local_<type>_<op>`),
+//! with their own launch bounds ([`crate::abi::LOCAL_THREADS`]) and a
+//! 304-byte argument ([`LocalArgs`]): they share no code with the ring's
+//! large entry, so they neither take its register budget nor its
+//! instruction cache.
+//!
 //! Work is cut over the whole grid, not per rank: the collective's
 //! elements (`k` segments of `n` for reduce-scatter and all-gather, one of
 //! `n` for all-reduce) go to the blocks in equal runs of whole rows of
@@ -16,7 +22,7 @@
 //! k - 1`, as the direct algorithms do, so the results have their bits, and
 //! an all-reduce writes one value to every rank's output.
 
-use crate::abi::{Batch, Collective, BATCH_RANKS};
+use crate::abi::{Collective, LocalArgs, BATCH_RANKS};
 use crate::device::Device;
 use crate::element::Element;
 use crate::op::ReduceOp;
@@ -24,8 +30,9 @@ use crate::plan::PACK_BYTES;
 use crate::transfer::fold;
 use core::mem::size_of;
 
-/// Every rank's input and output addresses, in user-rank order: the batch
-/// is read with constant indices only (see [`Batch::work`]).
+/// Every rank's input and output addresses, in user-rank order, copied
+/// with constant indices from the by-value argument, so that the folds'
+/// dynamic indices go to this copy.
 struct Ends {
     send: [u64; BATCH_RANKS],
     recv: [u64; BATCH_RANKS],
@@ -33,11 +40,9 @@ struct Ends {
 
 impl Ends {
     #[inline(always)]
-    fn of(b: &Batch) -> Ends {
-        // Spelled out per entry, like `Batch::work`, so that no index into
-        // the by-value batch is dynamic.
+    fn of(a: &LocalArgs) -> Ends {
         macro_rules! each {
-            ($f:ident: $($u:literal)*) => {[$(b.works[$u].$f),*]};
+            ($f:ident: $($u:literal)*) => {[$(a.$f[$u]),*]};
         }
         Ends {
             send: each!(send: 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15),
@@ -46,46 +51,35 @@ impl Ends {
     }
 }
 
-/// Runs block `block` of a local collective's grid of `b.blocks()`
-/// blocks. Every lane of the block calls it; the control lane has nothing
-/// to do.
+/// Runs block `block` of a local collective's grid of `a.blocks` blocks,
+/// `THREADS` lanes each; lanes past them have nothing to do.
 ///
 /// # Safety
-/// `b` must come from the host planner with every rank of the collective,
+/// `a` must come from the host planner with every rank of the collective,
 /// in user-rank order, and the launch must be ordered as the module says.
 #[inline(always)]
 pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     d: &D,
-    b: &Batch,
+    a: &LocalArgs,
     block: u64,
 ) {
     let tid = d.thread_idx();
-    let (k, blocks) = (b.ranks, b.blocks());
-    if tid >= THREADS || k == 0 || k > BATCH_RANKS as u64 || block >= blocks {
+    let (k, blocks, total, seg) = (a.ranks, a.blocks, a.total, a.segment);
+    if tid >= THREADS || k == 0 || k > BATCH_RANKS as u64 || block >= blocks || seg == 0 {
         return;
     }
-    let w = &b.works[0];
-    let Some(c) = Collective::from_u64(w.collective) else {
+    let Some(c) = Collective::from_u64(a.collective) else {
         return;
     };
-    let g = &w.geometry;
     let sz = size_of::<T>() as u64;
-    let seg = if c == Collective::AllReduce {
-        g.total
-    } else {
-        g.block_elems
-    };
-    if seg == 0 {
-        return;
-    }
     // Runs of whole rows of packs, so that each keeps the buffers'
     // alignment.
     let row = (THREADS * PACK_BYTES / sz).max(1);
-    let run = g.total.div_ceil(row).div_ceil(blocks) * row;
-    let lo = block.saturating_mul(run).min(g.total);
-    let hi = lo.saturating_add(run).min(g.total);
-    let ends = Ends::of(b);
-    let (aligned, lanes, kk) = (w.aligned != 0, (tid, THREADS), k as u32);
+    let run = total.div_ceil(row).div_ceil(blocks) * row;
+    let lo = block.saturating_mul(run).min(total);
+    let hi = lo.saturating_add(run).min(total);
+    let ends = Ends::of(a);
+    let (aligned, lanes, kk) = (a.aligned != 0, (tid, THREADS), k as u32);
     let at = |base: u64, i: u64| (base + i * sz) as *mut T;
     let mut i = lo;
     while i < hi {

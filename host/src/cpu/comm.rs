@@ -9,7 +9,7 @@ use crate::planner::{connect, plan, BufferSpan, ChannelWiring, Plan, RankWiring}
 use crate::ring::RingOrder;
 use crate::state::CommState;
 use ringreduce_kernels::abi::{
-    Algorithm, Batch, Collective, DirectPeer, RankConn, Work, BATCH_RANKS, CPU_THREADS,
+    Algorithm, Collective, DirectPeer, LocalArgs, RankConn, Work, BATCH_RANKS, CPU_THREADS,
     DIRECT_FLAG_STRIDE, MAX_CHANNELS,
 };
 use ringreduce_kernels::plan::DEFAULT_BUFFER_BYTES;
@@ -395,18 +395,15 @@ impl CpuCommunicator {
                 // own blocks once every rank's earlier work is done, and goes
                 // on only when every block has ended, as the launch's events
                 // order a GPU's streams.
-                let batch = Arc::new(Batch::new(&works).ok_or_else(|| {
-                    Error::Broken("internal: a local call does not make one batch".into())
+                let blocks = works.len() as u64 * works[0].channels;
+                let args = Arc::new(LocalArgs::new(&works, blocks).ok_or_else(|| {
+                    Error::Broken("internal: a local call does not fit its arguments".into())
                 })?);
                 let (start, end) = (Arc::new(Barrier::new(k)), Arc::new(Barrier::new(k)));
                 for (u, w) in works.iter().copied().enumerate() {
                     let guards = guards_for(&bufs[u]);
-                    let (inner, batch, start, end) = (
-                        self.inner.clone(),
-                        batch.clone(),
-                        start.clone(),
-                        end.clone(),
-                    );
+                    let (inner, args, start, end) =
+                        (self.inner.clone(), args.clone(), start.clone(), end.clone());
                     let first = u as u64 * w.channels;
                     self.submit(
                         u,
@@ -415,10 +412,10 @@ impl CpuCommunicator {
                             let _keep = inner;
                             start.wait();
                             run_grid(w.channels, &|lane| {
-                                // SAFETY: the batch comes from the planner
-                                // for this call, whose buffers every rank's
-                                // job holds between the two barriers.
-                                unsafe { run_local::<T>(op, lane, &batch, first + lane.block) }
+                                // SAFETY: the arguments come from the
+                                // planner for this call, whose buffers every
+                                // rank's job holds between the two barriers.
+                                unsafe { run_local::<T>(op, lane, &args, first + lane.block) }
                             });
                             end.wait();
                         }),
@@ -547,7 +544,7 @@ unsafe fn run_rank<T: Element>(op: Op, lane: &Lane<'_>, w: &Work) {
 ///
 /// # Safety
 /// As for [`local::run`].
-unsafe fn run_local<T: Element>(op: Op, lane: &Lane<'_>, b: &Batch, block: u64) {
+unsafe fn run_local<T: Element>(op: Op, lane: &Lane<'_>, b: &LocalArgs, block: u64) {
     match op {
         Op::Sum => local::run::<Lane<'_>, T, Sum, CPU_THREADS>(lane, b, block),
         Op::Prod => local::run::<Lane<'_>, T, Prod, CPU_THREADS>(lane, b, block),

@@ -12,7 +12,9 @@ use super::setup::Inner;
 use crate::error::{Error, Result};
 use crate::planner::Plan;
 use cudarc::driver::{result, sys, CudaContext, CudaGraph, CudaStream};
-use ringreduce_kernels::abi::{Batch, Work, BATCH_RANKS, BLOCK_THREADS};
+use ringreduce_kernels::abi::{
+    Algorithm, Batch, LocalArgs, Work, BATCH_RANKS, BLOCK_THREADS, LOCAL_THREADS,
+};
 use ringreduce_kernels::{DataType, Op};
 use std::sync::Arc;
 
@@ -157,10 +159,26 @@ fn launch(
     }
     inner.ranks[lead].ctx.bind_to_thread()?;
     let wait = sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
-    let f = inner.kernels[lead].get(dtype, op);
-    let mut params = [&mut batch as *mut Batch as *mut std::ffi::c_void];
-    // SAFETY: the events are live and on this context; the kernel takes one
-    // `Batch` by value, which the driver copies at launch.
+    let kernels = &inner.kernels[lead];
+    // A local call (every rank of the communicator in this one batch, see
+    // the planner) runs its own entry with its small argument.
+    let mut local = (picked[0].algorithm == Algorithm::Local as u64)
+        .then(|| LocalArgs::new(&picked, batch.blocks()))
+        .flatten();
+    let (f, threads, mut params) = match local.as_mut() {
+        Some(a) => (
+            kernels.local(dtype, op),
+            LOCAL_THREADS,
+            [a as *mut LocalArgs as *mut std::ffi::c_void],
+        ),
+        None => (
+            kernels.get(dtype, op),
+            BLOCK_THREADS,
+            [&mut batch as *mut Batch as *mut std::ffi::c_void],
+        ),
+    };
+    // SAFETY: the events are live and on this context; each kernel takes
+    // its one argument by value, which the driver copies at launch.
     unsafe {
         for (&s, &e) in others.iter().zip(&g.arrive) {
             result::event::record(e, s)?;
@@ -169,7 +187,7 @@ fn launch(
         result::launch_kernel(
             f.cu_function(),
             (batch.blocks() as u32, 1, 1),
-            (BLOCK_THREADS, 1, 1),
+            (threads, 1, 1),
             0,
             on,
             &mut params,

@@ -3,7 +3,7 @@
 use crate::error::Result;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
-use ringreduce_kernels::abi::kernel_name;
+use ringreduce_kernels::abi::{kernel_name, local_kernel_name};
 use ringreduce_kernels::{DataType, Op};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -23,7 +23,11 @@ pub const TASK_KERNEL: &str = ringreduce_kernels::abi::TASK_ENTRY;
 pub fn all_kernel_names() -> Vec<String> {
     let mut v: Vec<String> = DataType::ALL
         .iter()
-        .flat_map(|&d| Op::ALL.iter().map(move |&o| kernel_name(d, o).to_string()))
+        .flat_map(|&d| {
+            Op::ALL
+                .iter()
+                .flat_map(move |&o| [kernel_name(d, o), local_kernel_name(d, o)].map(String::from))
+        })
         .collect();
     v.extend(
         [
@@ -59,6 +63,8 @@ pub fn module_for(ctx: &Arc<CudaContext>) -> Result<Arc<CudaModule>> {
 pub struct Kernels {
     pub module: Arc<CudaModule>,
     by_key: HashMap<(DataType, Op), CudaFunction>,
+    /// The local kernels (`ringreduce_kernels::local`), by (type, op).
+    local: HashMap<(DataType, Op), CudaFunction>,
     /// The gradient layer's task entry.
     pub task: CudaFunction,
 }
@@ -67,23 +73,37 @@ impl Kernels {
     pub fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
         let module = module_for(ctx)?;
         let mut by_key = HashMap::new();
+        let mut local = HashMap::new();
         for &d in &DataType::ALL {
             for &o in &Op::ALL {
                 by_key.insert((d, o), module.load_function(kernel_name(d, o))?);
+                local.insert((d, o), module.load_function(local_kernel_name(d, o))?);
             }
         }
         let task = module.load_function(TASK_KERNEL)?;
         Ok(Kernels {
             module,
             by_key,
+            local,
             task,
         })
+    }
+
+    /// The local kernel for (type, op).
+    pub fn local(&self, dtype: DataType, op: Op) -> &CudaFunction {
+        &self.local[&(dtype, op)]
+    }
+
+    /// Every local kernel.
+    pub fn all_local(&self) -> impl Iterator<Item = &CudaFunction> {
+        self.local.values()
     }
 
     pub fn get(&self, dtype: DataType, op: Op) -> &CudaFunction {
         &self.by_key[&(dtype, op)]
     }
 
+    /// Every collective (ring and direct) kernel.
     pub fn all(&self) -> impl Iterator<Item = &CudaFunction> {
         self.by_key.values()
     }

@@ -11,9 +11,10 @@ use crate::planner::{connect, ChannelWiring, RankWiring};
 use crate::ring::RingOrder;
 use crate::state::CommState;
 use crate::topology::{check_ring, ring_from_topology};
-use cudarc::driver::{result, sys, CudaContext, CudaStream};
+use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaStream};
 use ringreduce_kernels::abi::{
-    DirectPeer, RankConn, BATCH_RANKS, BLOCK_THREADS, DIRECT_FLAG_STRIDE, GPU_THREADS, MAX_CHANNELS,
+    DirectPeer, RankConn, BATCH_RANKS, BLOCK_THREADS, DIRECT_FLAG_STRIDE, GPU_THREADS,
+    LOCAL_THREADS, MAX_CHANNELS,
 };
 use ringreduce_kernels::{DataType, StatusRecord};
 use std::collections::btree_map::Entry;
@@ -96,10 +97,13 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
     let mut max_channels = MAX_CHANNELS;
     let mut most_here = 1;
     let mut resident_blocks = usize::MAX;
+    let mut local_resident = usize::MAX;
     for (&d, ctx) in &ctxs {
         let kernels = Arc::new(Kernels::load(ctx)?);
         let here = devices.iter().filter(|&&x| x == d).count();
-        let blocks = resident_blocks_of(ctx, &kernels)?;
+        let blocks = resident_blocks_of(ctx, kernels.all(), BLOCK_THREADS)?;
+        local_resident =
+            local_resident.min(resident_blocks_of(ctx, kernels.all_local(), LOCAL_THREADS)?);
         resident_blocks = resident_blocks.min(blocks);
         max_channels = max_channels.min(channels_that_fit(ctx, blocks, here, &config)?);
         most_here = most_here.max(here);
@@ -186,7 +190,7 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
     // One launch runs every rank when they share a device and one batch
     // holds them; a local call then fills the device once.
     let local_blocks = if !spans && k <= BATCH_RANKS {
-        resident_blocks as u64
+        local_resident as u64
     } else {
         0
     };
@@ -254,18 +258,22 @@ fn ring_for(
     Ok(ring)
 }
 
-/// Blocks of the collective kernels that fit on the device at once: the
-/// least occupancy of any of them, times the multiprocessors.
-fn resident_blocks_of(ctx: &Arc<CudaContext>, kernels: &Kernels) -> Result<usize> {
+/// Blocks of `kernels`, launched `threads` wide, that fit on the device at
+/// once: the least occupancy of any of them, times the multiprocessors.
+fn resident_blocks_of<'a>(
+    ctx: &Arc<CudaContext>,
+    kernels: impl Iterator<Item = &'a CudaFunction>,
+    threads: u32,
+) -> Result<usize> {
     let sms =
         ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
     let mut per_sm = usize::MAX;
-    for f in kernels.all() {
+    for f in kernels {
         // SAFETY: valid function handle.
         let n = unsafe {
             result::occupancy::max_active_block_per_multiprocessor(
                 f.cu_function(),
-                BLOCK_THREADS as i32,
+                threads as i32,
                 0,
             )?
         };

@@ -9,7 +9,9 @@ use crate::element::DataType;
 use crate::op::Op;
 use crate::plan::{Geometry, Sizing};
 
+mod local;
 mod task;
+pub use local::*;
 pub use task::*;
 
 /// Producer threads per block on the GPU (the block has one more: the
@@ -536,8 +538,30 @@ macro_rules! entry_name {
     };
 }
 
+/// The entry name of the local kernel for (type, op):
+/// `ringreduce_local_<type>_<op>` (see [`LOCAL_ENTRY_PREFIX`]).
+#[macro_export]
+macro_rules! local_entry_name {
+    ($tn:ident, $on:ident) => {
+        concat!("ringreduce_local_", stringify!($tn), "_", stringify!($on))
+    };
+}
+
 macro_rules! name_rows {
     ($($tn:ident: $t:ty => $dt:ident;)*) => {
+        /// The local kernel entry for (type, op).
+        pub fn local_kernel_name(dtype: DataType, op: Op) -> &'static str {
+            match dtype {
+                $(DataType::$dt => match op {
+                    Op::Sum => local_entry_name!($tn, sum),
+                    Op::Prod => local_entry_name!($tn, prod),
+                    Op::Max => local_entry_name!($tn, max),
+                    Op::Min => local_entry_name!($tn, min),
+                    Op::Avg => local_entry_name!($tn, avg),
+                },)*
+            }
+        }
+
         /// The kernel entry for (type, op).
         pub fn kernel_name(dtype: DataType, op: Op) -> &'static str {
             match dtype {
@@ -568,6 +592,8 @@ mod tests {
                     .and_then(|r| r.strip_prefix(d.name()))
                     .and_then(|r| r.strip_prefix('_'));
                 assert_eq!(rest, Some(o.name()));
+                let local = local_kernel_name(d, o).strip_prefix(LOCAL_ENTRY_PREFIX);
+                assert_eq!(local, kernel_name(d, o).strip_prefix("ringreduce_"));
             }
         }
     }
