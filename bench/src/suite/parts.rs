@@ -64,6 +64,7 @@ enum Job {
     /// The bench under Nsight Compute at each size: the kernel's own time.
     KernelTimes {
         common: &'static str,
+        /// A regular expression for the kernel names to time.
         kernel: &'static str,
         sizes: &'static [&'static str],
     },
@@ -127,12 +128,13 @@ pub fn all() -> Vec<Part> {
         },
         Part {
             name: "kernel-times-k8",
-            about: "the all-reduce kernel's own time under Nsight Compute (ncu), k = 8, f32 sum, Auto, at 8 B, 1 KiB and 32 KiB: the GPU's part of the latency, apart from launches; skipped on the CPU execution",
+            about: "the all-reduce kernel's own time under Nsight Compute (ncu), k = 8, f32 sum, Auto (the local kernel on one GPU), at 8 B, 1 KiB and 32 KiB: the GPU's part of the latency, apart from launches; skipped on the CPU execution",
             est_s: (60, 1),
             cap_s: 300,
             job: Job::KernelTimes {
                 common: "-g 8 -d float -o sum --collective all-reduce -n 20 -w 2",
-                kernel: "ringreduce_float_sum",
+                // The collective entry or the local one, whichever Auto runs.
+                kernel: "ringreduce_(local_)?float_sum",
                 sizes: &["8", "1K", "32K"],
             },
         },
