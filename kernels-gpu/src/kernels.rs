@@ -85,7 +85,9 @@ pub unsafe extern "ptx-kernel" fn ringreduce_copy_block(dst: u64, src: u64, n: u
 }
 
 /// Every block of the grid copying its share of `n` `u64`s (16-byte aligned
-/// buffers): the device-wide copy bandwidth.
+/// buffers): the device-wide copy bandwidth. Each lane has four packs in
+/// flight, so that the ceiling is the memory's and not one load's round
+/// trip per lane (the collectives' own loops keep more than one in flight).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn ringreduce_copy_grid(dst: u64, src: u64, n: u64) {
     let g = Block::default();
@@ -94,12 +96,14 @@ pub unsafe extern "ptx-kernel" fn ringreduce_copy_grid(dst: u64, src: u64, n: u6
     let stride = grid_dim() * threads;
     let packs = n / 2;
     let (s, d) = (src as *const u8, dst as *mut u8);
-    let mut p = lane;
-    while p < packs {
-        let at = (p * 16) as usize;
-        g.store_pack(d.add(at), g.load_pack(s.add(at)));
-        p += stride;
-    }
+    let at = |p: u64| (p * 16) as usize;
+    crate::grad::four_at_a_time(
+        lane,
+        stride,
+        packs,
+        |p| g.load_pack(s.add(at(p))),
+        |p, v| g.store_pack(d.add(at(p)), v),
+    );
     if lane == 0 && n % 2 == 1 {
         (dst as *mut u64)
             .add(n as usize - 1)
