@@ -162,9 +162,19 @@ fn launch(
     let kernels = &inner.kernels[lead];
     // A local call (every rank of the communicator in this one batch, see
     // the planner) runs its own entry with its small argument.
-    let mut local = (picked[0].algorithm == Algorithm::Local as u64)
-        .then(|| LocalArgs::new(&picked, batch.blocks()))
-        .flatten();
+    let mut local = None;
+    if picked[0].algorithm == Algorithm::Local as u64 {
+        let args = (picked.len() == works.len())
+            .then(|| LocalArgs::new(&picked, batch.blocks()))
+            .flatten();
+        local = Some(args.ok_or_else(|| {
+            Error::Broken(format!(
+                "internal: a local call of {} ranks launched {} of them",
+                works.len(),
+                picked.len()
+            ))
+        })?);
+    }
     let (f, threads, mut params) = match local.as_mut() {
         Some(a) => (
             kernels.local(dtype, op),
