@@ -95,6 +95,25 @@ fn every_algorithm_forced() {
     }
 }
 
+/// `k` ranks' out-of-place all-reduce buffers of `n` f32s: rank `r` sends
+/// `value(r)` everywhere, and every output starts poisoned with -7.
+fn all_reduce_bufs(
+    k: usize,
+    n: usize,
+    value: impl Fn(usize) -> f32,
+) -> (Vec<HostBuffer<f32>>, Vec<CpuBuffers<f32>>) {
+    let send: Vec<HostBuffer<f32>> = (0..k)
+        .map(|r| HostBuffer::from_slice(&vec![value(r); n]))
+        .collect();
+    let recv: Vec<HostBuffer<f32>> = (0..k)
+        .map(|_| HostBuffer::from_slice(&vec![-7.0; n]))
+        .collect();
+    let bufs = (0..k)
+        .map(|u| CpuBuffers::out_of_place(send[u].as_view(), recv[u].as_view()))
+        .collect();
+    (recv, bufs)
+}
+
 /// A forced direct algorithm refuses a call its staging cannot hold, with
 /// a typed error and nothing written; `Auto` runs the ring instead.
 #[test]
@@ -105,15 +124,7 @@ fn forced_direct_too_large_is_refused() {
         .algorithm(Algo::OneShot)
         .direct_bytes(1024);
     let comm = comm(k, cfg);
-    let send: Vec<HostBuffer<f32>> = (0..k)
-        .map(|r| HostBuffer::from_slice(&vec![r as f32 + 1.0; n]))
-        .collect();
-    let recv: Vec<HostBuffer<f32>> = (0..k)
-        .map(|_| HostBuffer::from_slice(&vec![-7.0; n]))
-        .collect();
-    let bufs: Vec<CpuBuffers<f32>> = (0..k)
-        .map(|u| CpuBuffers::out_of_place(send[u].as_view(), recv[u].as_view()))
-        .collect();
+    let (recv, bufs) = all_reduce_bufs(k, n, |r| r as f32 + 1.0);
     match comm.all_reduce(&bufs, Op::Sum) {
         Err(ringreduce::Error::DirectTooLarge { need, have, .. }) => {
             assert!(need > have && have == 1024)
@@ -140,15 +151,7 @@ fn forced_local_where_it_cannot_run_is_refused() {
         (17usize, CommConfig::default()),
         (3, CommConfig::default().local(false)),
     ] {
-        let send: Vec<HostBuffer<f32>> = (0..k)
-            .map(|r| HostBuffer::from_slice(&vec![r as f32; n]))
-            .collect();
-        let recv: Vec<HostBuffer<f32>> = (0..k)
-            .map(|_| HostBuffer::from_slice(&vec![-7.0; n]))
-            .collect();
-        let bufs: Vec<CpuBuffers<f32>> = (0..k)
-            .map(|u| CpuBuffers::out_of_place(send[u].as_view(), recv[u].as_view()))
-            .collect();
+        let (recv, bufs) = all_reduce_bufs(k, n, |r| r as f32);
         let forced = comm(k, cfg.clone().algorithm(Algo::Local));
         match forced.all_reduce(&bufs, Op::Sum) {
             Err(ringreduce::Error::LocalUnavailable { k: got }) => assert_eq!(got, k),

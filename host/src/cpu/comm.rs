@@ -526,18 +526,40 @@ fn read_status(words: &[AtomicU64; StatusRecord::WORDS]) -> StatusRecord {
     StatusRecord::from_words(std::array::from_fn(|i| words[i].load(Ordering::Acquire)))
 }
 
+/// Runs `$body` with `$O` the reduce-op type of the runtime `op`.
+macro_rules! with_op {
+    ($op:expr, $O:ident => $body:expr) => {
+        match $op {
+            Op::Sum => {
+                type $O = Sum;
+                $body
+            }
+            Op::Prod => {
+                type $O = Prod;
+                $body
+            }
+            Op::Max => {
+                type $O = Max;
+                $body
+            }
+            Op::Min => {
+                type $O = Min;
+                $body
+            }
+            Op::Avg => {
+                type $O = Avg;
+                $body
+            }
+        }
+    };
+}
+
 /// Runs `w`'s block on `lane` with the kernel code for `op`.
 ///
 /// # Safety
 /// As for [`entry::run`].
 unsafe fn run_rank<T: Element>(op: Op, lane: &Lane<'_>, w: &Work) {
-    match op {
-        Op::Sum => entry::run::<Lane<'_>, T, Sum, CPU_THREADS>(lane, w),
-        Op::Prod => entry::run::<Lane<'_>, T, Prod, CPU_THREADS>(lane, w),
-        Op::Max => entry::run::<Lane<'_>, T, Max, CPU_THREADS>(lane, w),
-        Op::Min => entry::run::<Lane<'_>, T, Min, CPU_THREADS>(lane, w),
-        Op::Avg => entry::run::<Lane<'_>, T, Avg, CPU_THREADS>(lane, w),
-    }
+    with_op!(op, O => entry::run::<Lane<'_>, T, O, CPU_THREADS>(lane, w))
 }
 
 /// Runs block `block` of a local call's grid on `lane`.
@@ -545,13 +567,7 @@ unsafe fn run_rank<T: Element>(op: Op, lane: &Lane<'_>, w: &Work) {
 /// # Safety
 /// As for [`local::run`].
 unsafe fn run_local<T: Element>(op: Op, lane: &Lane<'_>, b: &LocalArgs, block: u64) {
-    match op {
-        Op::Sum => local::run::<Lane<'_>, T, Sum, CPU_THREADS>(lane, b, block),
-        Op::Prod => local::run::<Lane<'_>, T, Prod, CPU_THREADS>(lane, b, block),
-        Op::Max => local::run::<Lane<'_>, T, Max, CPU_THREADS>(lane, b, block),
-        Op::Min => local::run::<Lane<'_>, T, Min, CPU_THREADS>(lane, b, block),
-        Op::Avg => local::run::<Lane<'_>, T, Avg, CPU_THREADS>(lane, b, block),
-    }
+    with_op!(op, O => local::run::<Lane<'_>, T, O, CPU_THREADS>(lane, b, block))
 }
 
 /// `blocks` blocks, each of `CPU_THREADS` producer lanes and the control

@@ -547,31 +547,32 @@ macro_rules! local_entry_name {
     };
 }
 
+/// The entry `$name!` names for type row `$tn` and the runtime `op`.
+macro_rules! op_entry {
+    ($name:ident, $tn:ident, $op:expr) => {
+        match $op {
+            Op::Sum => $name!($tn, sum),
+            Op::Prod => $name!($tn, prod),
+            Op::Max => $name!($tn, max),
+            Op::Min => $name!($tn, min),
+            Op::Avg => $name!($tn, avg),
+        }
+    };
+}
+
 macro_rules! name_rows {
     ($($tn:ident: $t:ty => $dt:ident;)*) => {
         /// The local kernel entry for (type, op).
         pub fn local_kernel_name(dtype: DataType, op: Op) -> &'static str {
             match dtype {
-                $(DataType::$dt => match op {
-                    Op::Sum => local_entry_name!($tn, sum),
-                    Op::Prod => local_entry_name!($tn, prod),
-                    Op::Max => local_entry_name!($tn, max),
-                    Op::Min => local_entry_name!($tn, min),
-                    Op::Avg => local_entry_name!($tn, avg),
-                },)*
+                $(DataType::$dt => op_entry!(local_entry_name, $tn, op),)*
             }
         }
 
         /// The kernel entry for (type, op).
         pub fn kernel_name(dtype: DataType, op: Op) -> &'static str {
             match dtype {
-                $(DataType::$dt => match op {
-                    Op::Sum => entry_name!($tn, sum),
-                    Op::Prod => entry_name!($tn, prod),
-                    Op::Max => entry_name!($tn, max),
-                    Op::Min => entry_name!($tn, min),
-                    Op::Avg => entry_name!($tn, avg),
-                },)*
+                $(DataType::$dt => op_entry!(entry_name, $tn, op),)*
             }
         }
     };
