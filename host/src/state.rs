@@ -8,6 +8,7 @@ use crate::hooks::TestHooks;
 use crate::planner::{call_channels, CallOpts, Static};
 use crate::ring::RingOrder;
 use crate::status::{first_error, rank_errors};
+use ringreduce_kernels::abi::BATCH_RANKS;
 use ringreduce_kernels::{Algorithm, Collective, Geometry, StatusRecord};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -47,10 +48,16 @@ impl CommState {
         direct_half_bytes: u64,
         local_blocks: u64,
     ) -> Result<Self> {
+        let one_batch = ring.len() <= BATCH_RANKS;
         Ok(CommState {
             ring,
             direct_half_bytes,
-            local_blocks: if config.local { local_blocks } else { 0 },
+            // One launch holds at most `BATCH_RANKS` ranks.
+            local_blocks: if config.local && one_batch {
+                local_blocks
+            } else {
+                0
+            },
             algorithm: config.effective_algorithm()?,
             prefetch_rounds: config.effective_prefetch_rounds(),
             config,

@@ -9,8 +9,8 @@ use crate::planner::{connect, plan, BufferSpan, ChannelWiring, Plan, RankWiring}
 use crate::ring::RingOrder;
 use crate::state::CommState;
 use ringreduce_kernels::abi::{
-    Algorithm, Collective, DirectPeer, LocalArgs, RankConn, Work, BATCH_RANKS, CPU_THREADS,
-    DIRECT_FLAG_STRIDE, MAX_CHANNELS,
+    Algorithm, Collective, DirectPeer, LocalArgs, RankConn, Work, CPU_THREADS, DIRECT_FLAG_STRIDE,
+    MAX_CHANNELS,
 };
 use ringreduce_kernels::plan::DEFAULT_BUFFER_BYTES;
 use ringreduce_kernels::{entry, local};
@@ -206,11 +206,7 @@ impl CpuCommunicator {
             .collect();
         // Every rank's job of a local call meets the others before and after
         // it, as one launch would run them (`CpuCommunicator::collective`).
-        let local_blocks = if k <= BATCH_RANKS {
-            (k * channels) as u64
-        } else {
-            0
-        };
+        let local_blocks = (k * channels) as u64;
         let state = CommState::new(ring, config, channels, staging, half, local_blocks)?;
         let conns = connect(
             &state.ring,

@@ -187,13 +187,10 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
         })
         .collect();
     let spans = ctxs.len() > 1;
-    // One launch runs every rank when they share a device and one batch
-    // holds them; a local call then fills the device once.
-    let local_blocks = if !spans && k <= BATCH_RANKS {
-        local_resident as u64
-    } else {
-        0
-    };
+    // One launch runs every rank when they share a device (and one batch
+    // holds them, which `CommState` checks); a local call then fills the
+    // device once.
+    let local_blocks = if spans { 0 } else { local_resident as u64 };
     let state = CommState::new(ring, config, max_channels, buffer, half, local_blocks)?;
     let conns = connect(&state.ring, &wiring, state.statics(host.device, spans));
     for (r, c) in ranks.iter().zip(&conns) {
