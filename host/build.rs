@@ -1,7 +1,11 @@
-//! Builds the kernels to PTX and embeds them. The same executable is also
-//! the PTX linker of that nested build (see `ringreduce_build`).
+//! Builds the kernels to PTX and embeds them, with SASS for the GPUs named
+//! in `RINGREDUCE_SASS` if any. The same executable is also the PTX linker
+//! of that nested build (see `ringreduce_build`).
 
-use ringreduce_build::{build_ptx, PtxBuild, ARCH_ENV, DEFAULT_ARCH, LINKER_ENV, PREBUILT_ENV};
+use ringreduce_build::{
+    build_ptx, compile_sass, parse_sass_archs, PtxBuild, ARCH_ENV, DEFAULT_ARCH, LINKER_ENV,
+    PREBUILT_ENV, PTXAS_ENV, SASS_ENV,
+};
 use ringreduce_kernels::abi::BLOCK_THREADS;
 use std::path::PathBuf;
 
@@ -28,6 +32,8 @@ fn main() {
     );
     println!("cargo:rerun-if-env-changed={ARCH_ENV}");
     println!("cargo:rerun-if-env-changed={PREBUILT_ENV}");
+    println!("cargo:rerun-if-env-changed={SASS_ENV}");
+    println!("cargo:rerun-if-env-changed={PTXAS_ENV}");
 
     let ptx = if let Some(p) = std::env::var_os(PREBUILT_ENV) {
         PathBuf::from(p)
@@ -54,16 +60,35 @@ fn main() {
     };
     let text = std::fs::read_to_string(&ptx)
         .unwrap_or_else(|e| fail(format!("reading {}: {e}", ptx.display())));
-    std::fs::write(
-        out_dir.join("kernels.ptx"),
-        with_module_additions(&text, BLOCK_THREADS),
-    )
-    .unwrap_or_else(|e| {
+    let final_ptx = out_dir.join("kernels.ptx");
+    std::fs::write(&final_ptx, with_module_additions(&text, BLOCK_THREADS)).unwrap_or_else(|e| {
         fail(format!(
             "writing kernels.ptx into {}: {e}",
             out_dir.display()
         ))
     });
+    embed_sass(&final_ptx, &out_dir);
+}
+
+/// Writes `sass.rs`, the table `gpu::module` includes: one (compute
+/// capability, cubin) entry per GPU named in `RINGREDUCE_SASS`, each built
+/// from the final PTX (launch bounds included). Empty by default, so a
+/// build needs no CUDA tools.
+fn embed_sass(ptx: &std::path::Path, out_dir: &std::path::Path) {
+    let archs =
+        parse_sass_archs(&std::env::var(SASS_ENV).unwrap_or_default()).unwrap_or_else(|e| fail(e));
+    let ptxas = std::env::var_os(PTXAS_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("ptxas"));
+    let mut table = String::from("&[\n");
+    for cc in archs {
+        let cubin = out_dir.join(format!("kernels.sm_{cc}.cubin"));
+        compile_sass(&ptxas, ptx, cc, &cubin).unwrap_or_else(|e| fail(e));
+        table.push_str(&format!("    ({cc}, include_bytes!({:?})),\n", cubin));
+    }
+    table.push(']');
+    std::fs::write(out_dir.join("sass.rs"), table)
+        .unwrap_or_else(|e| fail(format!("writing sass.rs into {}: {e}", out_dir.display())));
 }
 
 /// Adds what Rust cannot express: the module-scope shared declarations the

@@ -1,4 +1,5 @@
-//! Build support for `ringreduce`: compiles `ringreduce-kernels` to PTX.
+//! Build support for `ringreduce`: compiles `ringreduce-kernels` to PTX,
+//! and optionally that PTX to SASS for named GPUs.
 //!
 //! rustc's `nvptx64-nvidia-cuda` target normally links with the
 //! `llvm-bitcode-linker` component, which cannot be installed everywhere we
@@ -9,6 +10,7 @@
 
 mod linker;
 mod nested;
+mod sass;
 mod toolchain;
 
 pub use linker::{link_main, parse_link_args, LinkArgs, LinkError};
@@ -16,4 +18,5 @@ pub use nested::{
     build_ptx, shared_target_dir, PtxBuild, PtxBuildError, ARCH_ENV, DEFAULT_ARCH, LINKER_ENV,
     PREBUILT_ENV,
 };
+pub use sass::{compile_sass, parse_sass_archs, PTXAS_ENV, SASS_ENV};
 pub use toolchain::{KERNEL_COMPONENTS, KERNEL_TOOLCHAIN};

@@ -1,6 +1,6 @@
 //! The embedded PTX holds every kernel and calls nothing it does not define.
 
-use ringreduce::gpu::module::{all_kernel_names, PTX};
+use ringreduce::gpu::module::{all_kernel_names, PTX, SASS};
 use ringreduce::kernels::abi::{
     BLOCK_THREADS, LOCAL_ENTRY_PREFIX, LOCAL_MIN_BLOCKS_PER_SM, LOCAL_THREADS, TASK_ENTRY,
     TASK_MIN_BLOCKS_PER_SM, TASK_THREADS,
@@ -15,6 +15,27 @@ fn every_kernel_entry_is_present() {
     for n in names {
         let decl = format!(".entry {n}(");
         assert!(PTX.contains(&decl), "missing kernel {n}");
+    }
+}
+
+/// The SASS table holds one image per GPU the build named in
+/// `RINGREDUCE_SASS` (none by default), each a CUDA ELF (`e_machine` 190).
+#[test]
+fn embedded_sass_is_what_the_build_asked_for() {
+    let asked = ringreduce_build::parse_sass_archs(option_env!("RINGREDUCE_SASS").unwrap_or(""))
+        .expect("a valid RINGREDUCE_SASS");
+    let built: Vec<u32> = SASS.iter().map(|&(cc, _)| cc).collect();
+    assert_eq!(built, asked);
+    for &(cc, bin) in SASS {
+        assert!(
+            bin.len() > 64 && bin.starts_with(b"\x7fELF"),
+            "sm_{cc}: not ELF"
+        );
+        assert_eq!(
+            u16::from_le_bytes([bin[18], bin[19]]),
+            190,
+            "sm_{cc}: not CUDA"
+        );
     }
 }
 

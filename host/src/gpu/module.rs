@@ -1,4 +1,5 @@
-//! Loading the embedded PTX, once per device.
+//! Loading the embedded kernels, once per device: SASS where it was built
+//! for the device, else the PTX.
 
 use crate::error::Result;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
@@ -42,21 +43,76 @@ pub fn all_kernel_names() -> Vec<String> {
     v
 }
 
-/// Loading JIT-compiles the whole PTX for the device, which takes a while,
-/// so each device's module is loaded once per process and shared.
-fn modules() -> &'static Mutex<HashMap<usize, Arc<CudaModule>>> {
-    static M: OnceLock<Mutex<HashMap<usize, Arc<CudaModule>>>> = OnceLock::new();
+/// SASS built with the library for the GPUs named in `RINGREDUCE_SASS` at
+/// build time (none by default): (compute capability, cubin).
+pub const SASS: &[(u32, &[u8])] = include!(concat!(env!("OUT_DIR"), "/sass.rs"));
+
+/// What a device's kernels were loaded from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KernelImage {
+    /// The embedded SASS for this compute capability: no JIT.
+    Sass(u32),
+    /// The PTX, JIT-compiled by the driver (cached by it across processes).
+    /// `refused` holds the driver's error where SASS for the device was
+    /// embedded but would not load.
+    Ptx { refused: Option<String> },
+}
+
+impl std::fmt::Display for KernelImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KernelImage::Sass(cc) => write!(f, "SASS sm_{cc}"),
+            KernelImage::Ptx { refused: None } => write!(f, "PTX (driver JIT)"),
+            KernelImage::Ptx { refused: Some(e) } => {
+                write!(f, "PTX (driver JIT; its SASS was refused: {e})")
+            }
+        }
+    }
+}
+
+/// The embedded SASS for compute capability `cc`, if any.
+pub fn sass_for(cc: u32) -> Option<&'static [u8]> {
+    SASS.iter().find(|(c, _)| *c == cc).map(|&(_, bin)| bin)
+}
+
+/// Each device's module, by ordinal, and what it was loaded from.
+type Loaded = HashMap<usize, (Arc<CudaModule>, KernelImage)>;
+
+/// Loading JIT-compiles the whole PTX for the device, which takes a while
+/// (unless SASS for it is embedded), so each device's module is loaded once
+/// per process and shared.
+fn modules() -> &'static Mutex<Loaded> {
+    static M: OnceLock<Mutex<Loaded>> = OnceLock::new();
     M.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
 pub fn module_for(ctx: &Arc<CudaContext>) -> Result<Arc<CudaModule>> {
     let mut m = modules().lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(module) = m.get(&ctx.ordinal()) {
+    if let Some((module, _)) = m.get(&ctx.ordinal()) {
         return Ok(module.clone());
     }
-    let module = ctx.load_module(Ptx::from_src(PTX))?;
-    m.insert(ctx.ordinal(), module.clone());
+    let (major, minor) = ctx.compute_capability()?;
+    let cc = (major * 10 + minor) as u32;
+    // A driver older than the ptxas that built the SASS may refuse it; the
+    // PTX still loads there, only slower.
+    let (module, image) =
+        match sass_for(cc).map(|bin| ctx.load_module(Ptx::from_binary(bin.to_vec()))) {
+            Some(Ok(module)) => (module, KernelImage::Sass(cc)),
+            refused => (
+                ctx.load_module(Ptx::from_src(PTX))?,
+                KernelImage::Ptx {
+                    refused: refused.and_then(|r| r.err()).map(|e| e.to_string()),
+                },
+            ),
+        };
+    m.insert(ctx.ordinal(), (module.clone(), image));
     Ok(module)
+}
+
+/// What device `ordinal`'s kernels were loaded from, once loaded.
+pub fn kernel_image(ordinal: usize) -> Option<KernelImage> {
+    let m = modules().lock().unwrap_or_else(|e| e.into_inner());
+    m.get(&ordinal).map(|(_, image)| image.clone())
 }
 
 /// The collective kernels of one device, by (type, op).
