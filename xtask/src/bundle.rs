@@ -1,7 +1,9 @@
 //! `bundle`, and the suite and compare run from a bundle: what a GPU host
 //! without Rust needs, built here.
 
+use crate::tools::fetch_cuda_tools;
 use crate::util::{cargo, check, copy, exec, fail, target_dir};
+use ringreduce_build::{parse_sass_archs, PTXAS_ENV, SASS_ENV};
 use std::path::{Path, PathBuf};
 use std::process::{exit, Command};
 
@@ -25,6 +27,41 @@ impl Profile {
     }
 }
 
+/// The GPUs release builds embed SASS for unless `RINGREDUCE_SASS` says
+/// otherwise: the H200s (sm_90) the evidence is gathered on, whose first
+/// process would otherwise spend about 100 s in the driver's JIT.
+const BUNDLE_SASS: &str = "sm_90";
+
+/// Sets a release build's SASS request: the caller's `RINGREDUCE_SASS` if
+/// set (`none` for none), else [`BUNDLE_SASS`], and ptxas from the pinned
+/// wheels unless `RINGREDUCE_PTXAS` names one. Where the wheels cannot be
+/// fetched and the caller asked for nothing, it builds without SASS and
+/// says so: the PTX still runs everywhere.
+pub fn with_sass(c: &mut Command, root: &Path) {
+    let asked = std::env::var(SASS_ENV).ok();
+    let archs = asked.clone().unwrap_or_else(|| BUNDLE_SASS.to_string());
+    let wanted = !parse_sass_archs(&archs)
+        .unwrap_or_else(|e| fail(e))
+        .is_empty();
+    c.env(SASS_ENV, &archs);
+    if !wanted || std::env::var_os(PTXAS_ENV).is_some() {
+        return;
+    }
+    match (fetch_cuda_tools(root), asked) {
+        (Ok(bin), _) => {
+            c.env(PTXAS_ENV, bin.join("ptxas"));
+        }
+        (Err(e), Some(_)) => fail(format!("{SASS_ENV}={archs} needs ptxas: {e}")),
+        (Err(e), None) => {
+            println!(
+                "xtask: no ptxas ({e}); building without SASS, so the first process on each \
+                 machine waits for the driver's JIT"
+            );
+            c.env(SASS_ENV, "none");
+        }
+    }
+}
+
 /// Builds the bench crate's binaries into `target` and returns their folder.
 pub fn build_tools(root: &Path, target: &Path, profile: Profile) -> PathBuf {
     let mut c = Command::new(cargo());
@@ -32,7 +69,10 @@ pub fn build_tools(root: &Path, target: &Path, profile: Profile) -> PathBuf {
         .env("CARGO_TARGET_DIR", target)
         .args(["build"]);
     match profile {
-        Profile::Release => c.args(["--release", "-p", "ringreduce-bench"]),
+        Profile::Release => {
+            with_sass(&mut c, root);
+            c.args(["--release", "-p", "ringreduce-bench"])
+        }
         Profile::Dev => c.args(["--workspace", "--all-features"]),
     };
     check(c.arg("--bins"));
@@ -61,13 +101,16 @@ fn build_tests(root: &Path, profile: Profile) -> Vec<(String, PathBuf)> {
         "--message-format=json-render-diagnostics",
     ]);
     match profile {
-        Profile::Release => c.args([
-            "--release",
-            "-p",
-            "ringreduce-tests",
-            "--features",
-            "fault-injection",
-        ]),
+        Profile::Release => {
+            with_sass(&mut c, root);
+            c.args([
+                "--release",
+                "-p",
+                "ringreduce-tests",
+                "--features",
+                "fault-injection",
+            ])
+        }
         Profile::Dev => c.args(["--workspace", "--all-features"]),
     };
     let out = c
@@ -146,12 +189,16 @@ fn bundle_variant(root: &Path, dir: &Path, rev: &str, name: Option<&str>) {
     // One target folder for every variant, so dependencies build once.
     let target = target_dir(root).join("variants-target");
     // By binary name, not package: older revisions kept it in `xtask`.
-    check(
-        Command::new(cargo())
-            .current_dir(&src)
-            .env("CARGO_TARGET_DIR", &target)
-            .args(["build", "--release", "--bin", "ringreduce-bench"]),
-    );
+    let mut c = Command::new(cargo());
+    c.current_dir(&src).env("CARGO_TARGET_DIR", &target).args([
+        "build",
+        "--release",
+        "--bin",
+        "ringreduce-bench",
+    ]);
+    // Older revisions ignore the request and keep the JIT.
+    with_sass(&mut c, root);
+    check(&mut c);
     let bins = target.join("release");
     let out = dir.join("var").join(&name);
     std::fs::create_dir_all(&out).unwrap_or_else(|e| fail(format!("{}: {e}", out.display())));

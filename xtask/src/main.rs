@@ -5,6 +5,7 @@
 mod bundle;
 mod package;
 mod sass;
+mod tools;
 mod util;
 
 use std::process::{exit, Command};

@@ -1,7 +1,9 @@
 //! `sass`: register counts and SASS of the embedded PTX, with NVIDIA's
-//! ptxas and cuobjdump from their PyPI wheels, no GPU needed.
+//! ptxas and cuobjdump (`tools`), no GPU needed.
 
-use crate::util::{cargo, check, copy, fail, target_dir};
+use crate::bundle::with_sass;
+use crate::tools::cuda_tools;
+use crate::util::{cargo, check, fail, target_dir};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -22,48 +24,15 @@ pub fn cmd_sass(root: &Path, args: Vec<String>) {
             "ringreduce_reduce_block".into(),
         ];
     }
+    let bin = cuda_tools(root);
     let tools = target_dir(root).join("cuda-tools");
-    let bin = tools.join("bin");
-    if !bin.join("ptxas").is_file() || !bin.join("cuobjdump").is_file() {
-        println!(
-            "sass: fetching NVIDIA's ptxas and cuobjdump wheels from PyPI into {}",
-            tools.display()
-        );
-        let wheels = tools.join("wheels");
-        check(
-            Command::new("python3")
-                .args(["-m", "pip", "download", "-q", "--no-deps", "-d"])
-                .arg(&wheels)
-                .args([
-                    "nvidia-cuda-nvcc",
-                    "nvidia-cuda-nvdisasm",
-                    "nvidia-cuda-cuobjdump",
-                ]),
-        );
-        std::fs::create_dir_all(&bin).unwrap_or_else(|e| fail(e));
-        for w in std::fs::read_dir(&wheels)
-            .unwrap_or_else(|e| fail(e))
-            .flatten()
-        {
-            check(
-                Command::new("python3")
-                    .args(["-m", "zipfile", "-e"])
-                    .arg(w.path())
-                    .arg(tools.join("x")),
-            );
-        }
-        for b in ["ptxas", "nvdisasm", "cuobjdump"] {
-            let found = find_file(&tools.join("x"), b)
-                .unwrap_or_else(|| fail(format!("no {b} in the wheels")));
-            copy(&found, &bin.join(b));
-            check(Command::new("chmod").arg("+x").arg(bin.join(b)));
-        }
-    }
-    check(
-        Command::new(cargo())
-            .current_dir(root)
-            .args(["build", "--release", "-p", "ringreduce"]),
-    );
+    // With the bundle's SASS request, so the two share one release build.
+    let mut build = Command::new(cargo());
+    build
+        .current_dir(root)
+        .args(["build", "--release", "-p", "ringreduce"]);
+    with_sass(&mut build, root);
+    check(&mut build);
     let ptx = newest_ptx(&target_dir(root).join("release").join("build"))
         .unwrap_or_else(|| fail("no kernels.ptx under target/release/build"));
     println!("sass: {} for {arch}", ptx.display());
@@ -100,20 +69,6 @@ pub fn cmd_sass(root: &Path, args: Vec<String>) {
         std::fs::write(&file, &sass.stdout).unwrap_or_else(|e| fail(e));
         println!("{e}: SASS in {}", file.display());
     }
-}
-
-fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
-    for e in std::fs::read_dir(dir).ok()?.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            if let Some(f) = find_file(&p, name) {
-                return Some(f);
-            }
-        } else if p.file_name().is_some_and(|n| n == name) {
-            return Some(p);
-        }
-    }
-    None
 }
 
 /// The most recently built `ringreduce-*/out/kernels.ptx`.
