@@ -83,6 +83,10 @@ pub struct Report {
     pub execution: String,
     pub device: String,
     pub driver_version: String,
+    /// What the kernels were loaded from: `SASS sm_90` (embedded at build
+    /// time) or `PTX (driver JIT)`; `-` for the CPU execution.
+    #[serde(default)]
+    pub kernels: String,
     pub collective: String,
     pub ranks: usize,
     pub iters: usize,

@@ -195,6 +195,7 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         execution: if use_gpu { "gpu" } else { "cpu" }.into(),
         device: "CPU execution".into(),
         driver_version: "-".into(),
+        kernels: "-".into(),
         collective: args.collective.name().into(),
         ranks: args.ranks,
         iters: args.iters,
@@ -230,6 +231,9 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         // SAFETY: the ceilings synchronise their own streams.
         unsafe { ctx.disable_event_tracking() };
         let c = ceilings::measure(&ctx, CEILING_COPY_BYTES).map_err(|e| e.to_string())?;
+        // The ceilings loaded the device's kernels.
+        report.kernels = ringreduce::gpu::module::kernel_image(ctx.ordinal())
+            .map_or_else(|| "-".into(), |i| i.to_string());
         let devices = placement(args.ranks, *gpus.as_ref().unwrap_or(&1));
         let ranks_here = devices.iter().filter(|&&d| d == devices[0]).count();
         report.devices = devices.clone();

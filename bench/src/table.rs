@@ -161,8 +161,8 @@ pub fn preamble(r: &Report) -> String {
     }
     writeln!(
         s,
-        "# Device: {} (driver {}), execution: {}",
-        r.device, r.driver_version, r.execution
+        "# Device: {} (driver {}), execution: {}, kernels: {}",
+        r.device, r.driver_version, r.execution, r.kernels
     )
     .unwrap();
     s

@@ -119,6 +119,7 @@ fn json_schema_is_stable() {
         execution: "gpu".into(),
         device: "x".into(),
         driver_version: "y".into(),
+        kernels: "SASS sm_90".into(),
         collective: "reduce_scatter".into(),
         ranks: 2,
         iters: 1,

@@ -1,6 +1,7 @@
 //! The collectives on the GPU with virtual ranks. Without a GPU the
 //! harness reports every test as ignored, with the reason.
 
+use ringreduce::gpu::module::{kernel_image, sass_for, KernelImage};
 use ringreduce::kernels::abi::GPU_THREADS;
 use ringreduce::kernels::plan::{tile_bytes, PACK_BYTES, STAGING_SLOTS};
 use ringreduce::{Algo, Collective, CommConfig, Communicator, DataType, Op};
@@ -317,8 +318,27 @@ fn graph_replay_with(dev: usize, cfg: CommConfig) {
     assert_eq!(wrong, 0);
 }
 
+/// Where SASS for this GPU is embedded (the bundle builds it for sm_90),
+/// the kernels load from it, not from the PTX: a refused image would cost
+/// every process the driver's JIT again. Prints what loaded and how long
+/// the first communicator took (the module load, if no test was first).
+fn gpu_kernel_image(dev: usize) {
+    let t = std::time::Instant::now();
+    let comm = gpu_comm(dev, 2, CommConfig::default()).expect("communicator");
+    let took = t.elapsed();
+    let (major, minor) = comm.context(0).compute_capability().expect("capability");
+    let cc = (major * 10 + minor) as u32;
+    let image = kernel_image(comm.devices()[0]).expect("loaded");
+    println!("kernels on sm_{cc}: {image}, first communicator in {took:.2?}");
+    match sass_for(cc) {
+        Some(_) => assert_eq!(image, KernelImage::Sass(cc)),
+        None => assert_eq!(image, KernelImage::Ptx { refused: None }),
+    }
+}
+
 fn main() -> std::process::ExitCode {
     run_gpu_tests(&[
+        ("gpu_kernel_image", gpu_kernel_image),
         ("gpu_matrix", gpu_matrix),
         ("gpu_channels", gpu_channels),
         ("gpu_small_buffer_many_chunks", gpu_small_buffer_many_chunks),
