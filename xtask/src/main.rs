@@ -25,7 +25,9 @@ Commands:
                           test binaries (DIR/tests/). With --variant, build only
                           the bench of a branch, commit or worktree into
                           DIR/var/NAME/ (for compare). --dev: the debug profile
-                          and every feature, as CI's test build
+                          and every feature, as CI's test build. Release bundles
+                          embed sm_90 SASS (RINGREDUCE_SASS overrides, `none`
+                          for none) with ptxas 13.0 from NVIDIA's PyPI wheel
   gpu-suite [ARGS]        bundle into target/bundle, then run its gpu-suite: all
                           GPU evidence (tests, faults, sanitizers, soaks, bench
                           sweeps) into one dated folder with a summary. --cpu runs
