@@ -106,7 +106,12 @@ impl CommState {
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
         {
-            return Err(Error::Broken(e.to_string()));
+            // An error that already says the communicator is broken is
+            // returned as it is, not wrapped once more.
+            return Err(match e {
+                Error::Broken(_) => e.clone(),
+                other => Error::Broken(other.to_string()),
+            });
         }
         if let Some(e) = first_error(recs, self.max_channels, &self.ring) {
             self.mark_broken(&e);
