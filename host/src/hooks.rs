@@ -8,4 +8,8 @@ pub struct TestHooks {
     pub lost_signal: Option<(usize, u64, u64)>,
     /// A rank whose blocks are never launched.
     pub withhold_rank: Option<usize>,
+    /// A rank whose first lane panics at the start of each collective (the
+    /// CPU execution only: an internal bug there must break the
+    /// communicator, not hang it).
+    pub lane_panic: Option<usize>,
 }

@@ -130,8 +130,14 @@ pub unsafe trait Lanes {
     ///
     /// # Safety
     /// `p` must be valid and 16-byte aligned.
+    /// This default (the CPU's) checks the alignment, which the GPU would
+    /// fault on and x86 would not.
     #[inline(always)]
     unsafe fn load_pack(&self, p: *const u8) -> [u32; 4] {
+        assert!(
+            (p as usize).is_multiple_of(16),
+            "misaligned 16-byte pack load"
+        );
         (p as *const [u32; 4]).read()
     }
     /// One 16-byte store as a single vector access.
@@ -140,6 +146,10 @@ pub unsafe trait Lanes {
     /// `p` must be valid and 16-byte aligned.
     #[inline(always)]
     unsafe fn store_pack(&self, p: *mut u8, v: [u32; 4]) {
+        assert!(
+            (p as usize).is_multiple_of(16),
+            "misaligned 16-byte pack store"
+        );
         (p as *mut [u32; 4]).write(v)
     }
     /// Zeroes the block's private histogram of [`SELECT_BINS`] bins.

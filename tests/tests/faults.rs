@@ -361,3 +361,55 @@ fn poisoned_inputs_follow_ieee() {
         );
     }
 }
+
+/// A lane that panics (an internal bug; here the `lane_panic` hook) breaks
+/// the communicator with the panic's message instead of hanging it: the
+/// other lanes of its grid, and the other ranks' grids, stop at their next
+/// wait, as a GPU trap ends a launch. Every algorithm, local included, with
+/// a timeout long enough that only the trap can end the call in time.
+#[test]
+fn a_panicking_lane_breaks_the_communicator_without_hanging() {
+    for a in [Algo::Ring, Algo::OneShot, Algo::TwoShot, Algo::Local] {
+        for c in Collective::ALL {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || tx.send(panicking_lane(c, a)));
+            match rx.recv_timeout(Duration::from_secs(120)) {
+                Ok(took) => println!("{} {}: broken after {took:?}", a.name(), c.name()),
+                Err(_) => panic!("{} {}: a panicking lane hung the call", a.name(), c.name()),
+            }
+        }
+    }
+}
+
+/// Runs one collective with rank 1's first lane panicking; returns how long
+/// `synchronize` took to report it.
+fn panicking_lane(c: Collective, a: Algo) -> Duration {
+    let k = 4;
+    let cfg = CommConfig::default()
+        .timeout(Duration::from_secs(600))
+        .algorithm(a);
+    let comm = CpuCommunicator::with_config(k, cfg).unwrap();
+    comm.inject_lane_panic(Some(1));
+    let (send, recv) = buffers_for(c, k, 20_000);
+    let t0 = Instant::now();
+    comm.collective(c, &bufs(&send, &recv), Op::Sum).unwrap();
+    let err = comm
+        .synchronize()
+        .expect_err("a panicking lane must break the call");
+    let took = t0.elapsed();
+    let want = "injected lane panic on rank 1";
+    assert!(
+        matches!(&err, Error::Broken(m) if m.contains(want)),
+        "{} {}: {err}",
+        a.name(),
+        c.name()
+    );
+    // The communicator stays broken: a later call is refused, nothing run.
+    comm.inject_lane_panic(None);
+    let again = comm.collective(c, &bufs(&send, &recv), Op::Sum);
+    assert!(
+        matches!(&again, Err(Error::Broken(m)) if m.contains(want)),
+        "{again:?}"
+    );
+    took
+}

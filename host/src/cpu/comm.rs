@@ -1,7 +1,7 @@
 //! The CPU communicator: the same ring engine, run by OS threads.
 
 use super::buffer::{HostMem, HostView, UseGuard};
-use super::lane::{BlockSync, Lane};
+use super::lane::{BlockSync, Lane, Trap, Trapped};
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
@@ -15,6 +15,7 @@ use ringreduce_kernels::abi::{
 use ringreduce_kernels::plan::DEFAULT_BUFFER_BYTES;
 use ringreduce_kernels::{entry, local};
 use ringreduce_kernels::{Avg, Element, Max, Min, Op, Prod, StatusRecord, Sum};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Barrier};
@@ -92,6 +93,8 @@ struct Inner {
     direct_peers: Box<[DirectPeer]>,
     abort: Box<AtomicU64>,
     state: CommState,
+    /// Raised by a lane that panics (see [`Trap`]).
+    trap: Trap,
 }
 
 /// A communicator over `k` ranks that runs the ring reduce-scatter on CPU
@@ -222,15 +225,25 @@ impl CpuCommunicator {
             ranks,
             direct_peers,
             abort,
+            trap: Trap::default(),
         });
         let workers = (0..k)
             .map(|rank| {
                 let (tx, rx) = channel::<Job>();
+                let inner = inner.clone();
                 let h = std::thread::Builder::new()
                     .name(format!("ringreduce-cpu-rank{rank}"))
                     .spawn(move || {
+                        // A job that panics breaks the communicator; the
+                        // worker lives on, so later calls and
+                        // `synchronize` still get an answer.
                         for job in rx {
-                            job();
+                            if let Err(p) = catch_unwind(AssertUnwindSafe(job)) {
+                                inner.state.mark_broken(&Error::Broken(format!(
+                                    "internal: rank {rank}'s CPU worker panicked: {}",
+                                    panic_text(&*p)
+                                )));
+                            }
                         }
                     })
                     .expect("spawn rank worker");
@@ -396,6 +409,7 @@ impl CpuCommunicator {
                     Error::Broken("internal: a local call does not fit its arguments".into())
                 })?);
                 let (start, end) = (Arc::new(Barrier::new(k)), Arc::new(Barrier::new(k)));
+                let panics = self.inner.state.hooks().lane_panic;
                 for (u, w) in works.iter().copied().enumerate() {
                     let guards = guards_for(&bufs[u]);
                     let (inner, args, start, end) =
@@ -405,9 +419,11 @@ impl CpuCommunicator {
                         u,
                         Box::new(move || {
                             let _g = guards;
-                            let _keep = inner;
                             start.wait();
-                            run_grid(w.channels, &|lane| {
+                            // A trap ends the grid, not the job: every rank
+                            // still reaches the second barrier.
+                            run_grid(&inner, w.channels, &|lane| {
+                                injected_panic(panics, u, lane);
                                 // SAFETY: the arguments come from the
                                 // planner for this call, whose buffers every
                                 // rank's job holds between the two barriers.
@@ -420,9 +436,9 @@ impl CpuCommunicator {
                 Ok(())
             }
             Plan::Launch { works, .. } => {
-                let withhold = self.inner.state.hooks().withhold_rank;
+                let hooks = self.inner.state.hooks();
                 for (u, w) in works.into_iter().enumerate() {
-                    if withhold == Some(u) {
+                    if hooks.withhold_rank == Some(u) {
                         continue;
                     }
                     let guards = guards_for(&bufs[u]);
@@ -431,8 +447,8 @@ impl CpuCommunicator {
                         u,
                         Box::new(move || {
                             let _g = guards;
-                            let _keep = inner;
-                            run_grid(w.channels, &|lane| {
+                            run_grid(&inner, w.channels, &|lane| {
+                                injected_panic(hooks.lane_panic, u, lane);
                                 // SAFETY: `w` comes from the planner for this
                                 // communicator, whose memory outlives the job.
                                 unsafe { run_rank::<T>(op, lane, &w) }
@@ -496,6 +512,13 @@ impl CpuCommunicator {
     #[doc(hidden)]
     pub fn withhold_rank(&self, rank: Option<usize>) {
         self.inner.state.set_hooks(|h| h.withhold_rank = rank);
+    }
+
+    /// Test hook: `rank`'s first lane panics at the start of every
+    /// collective, as an internal bug would.
+    #[doc(hidden)]
+    pub fn inject_lane_panic(&self, rank: Option<usize>) {
+        self.inner.state.set_hooks(|h| h.lane_panic = rank);
     }
 
     /// Each user rank's recorded error, if any (for diagnostics: the error
@@ -568,23 +591,55 @@ unsafe fn run_local<T: Element>(op: Op, lane: &Lane<'_>, b: &LocalArgs, block: u
 
 /// `blocks` blocks, each of `CPU_THREADS` producer lanes and the control
 /// lane, all at once, as a GPU runs them; every lane runs `body`.
-fn run_grid(blocks: u64, body: &(dyn Fn(&Lane<'_>) + Sync)) {
+///
+/// A lane that panics raises the communicator's trap and wakes the grid's
+/// barriers: every other lane, here or in another rank's grid, unwinds at
+/// its next wait, so the grid ends instead of hanging, and the
+/// communicator is broken with the panic's message.
+fn run_grid(inner: &Inner, blocks: u64, body: &(dyn Fn(&Lane<'_>) + Sync)) {
     let syncs: Vec<BlockSync> = (0..blocks)
         .map(|_| BlockSync::new(CPU_THREADS as usize))
         .collect();
-    let epoch = Instant::now();
+    let (epoch, trap, all) = (Instant::now(), &inner.trap, &syncs);
     std::thread::scope(|s| {
         for (block, sync) in syncs.iter().enumerate() {
             for tid in 0..=CPU_THREADS {
                 s.spawn(move || {
-                    body(&Lane {
+                    let lane = Lane {
                         tid,
                         block: block as u64,
                         sync,
                         epoch,
-                    })
+                        trap,
+                    };
+                    if let Err(p) = catch_unwind(AssertUnwindSafe(|| body(&lane))) {
+                        if !p.is::<Trapped>() {
+                            trap.raise(panic_text(&*p));
+                        }
+                        all.iter().for_each(BlockSync::wake);
+                    }
                 });
             }
         }
     });
+    if let Some(what) = trap.what() {
+        inner.state.mark_broken(&Error::Broken(format!(
+            "internal: a lane of the CPU execution panicked: {what}"
+        )));
+    }
+}
+
+/// The message of a panic's payload.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+/// The `lane_panic` test hook: the first lane of rank `u`'s first block.
+fn injected_panic(hook: Option<usize>, u: usize, lane: &Lane<'_>) {
+    if hook == Some(u) && lane.block == 0 && lane.tid == 0 {
+        panic!("injected lane panic on rank {u}");
+    }
 }

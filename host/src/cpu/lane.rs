@@ -5,8 +5,68 @@
 
 use ringreduce_kernels::{Device, Handoff, Scope};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
+
+/// A communicator's trap. A lane that panics ends every grid of the
+/// communicator, as a trap ends a GPU's launch: the lanes waiting at a
+/// barrier or polling a flag unwind instead of waiting for it forever, and
+/// the communicator is broken with the panic's message.
+#[derive(Default)]
+pub struct Trap {
+    set: AtomicBool,
+    what: Mutex<Option<String>>,
+}
+
+/// The unwinding of a lane that stopped because another one trapped (no
+/// panic message of its own).
+pub struct Trapped;
+
+impl Trap {
+    pub fn is_set(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+    }
+
+    /// Records the first panic's message and sets the trap.
+    pub fn raise(&self, what: String) {
+        let mut w = self.what.lock().unwrap_or_else(|e| e.into_inner());
+        if w.is_none() {
+            *w = Some(what);
+        }
+        self.set.store(true, Ordering::Release);
+    }
+
+    /// The first panic's message, once set.
+    pub fn what(&self) -> Option<String> {
+        self.what.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Unwinds this lane if the trap is set (without the panic hook's
+    /// message: the lane that trapped has printed its own).
+    fn check(&self) {
+        if self.is_set() {
+            std::panic::resume_unwind(Box::new(Trapped));
+        }
+    }
+
+    /// Waits on `cv` until `done` holds, unwinding if the trap is set
+    /// first (see [`BlockSync::wake`]).
+    fn wait_while<'m, S>(
+        &self,
+        cv: &Condvar,
+        mut s: MutexGuard<'m, S>,
+        mut waiting: impl FnMut(&S) -> bool,
+    ) -> MutexGuard<'m, S> {
+        while waiting(&s) {
+            if self.is_set() {
+                drop(s);
+                std::panic::resume_unwind(Box::new(Trapped));
+            }
+            s = cv.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        s
+    }
+}
 
 /// A reusable barrier for `n` threads that also ORs a flag across them, like
 /// PTX's `bar.red.or.pred`. The mutex gives the barrier its memory ordering:
@@ -39,7 +99,7 @@ impl OrBarrier {
         }
     }
 
-    pub fn wait_or(&self, pred: bool) -> bool {
+    pub fn wait_or(&self, pred: bool, trap: &Trap) -> bool {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         s.acc |= pred;
         s.arrived += 1;
@@ -54,10 +114,13 @@ impl OrBarrier {
         // Nobody can finish the next generation (and overwrite `result`)
         // before this thread arrives at it, so reading it after waking is safe.
         let gen = s.generation;
-        while s.generation == gen {
-            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
-        }
-        s.result
+        trap.wait_while(&self.cv, s, |s| s.generation == gen).result
+    }
+
+    /// Wakes every waiter, to see the trap.
+    fn wake(&self) {
+        let _s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        self.cv.notify_all();
     }
 }
 
@@ -97,13 +160,17 @@ impl ArriveBarrier {
         drop(self.count_in());
     }
 
-    pub fn wait(&self) {
-        let (mut s, gen, last) = self.count_in();
+    pub fn wait(&self, trap: &Trap) {
+        let (s, gen, last) = self.count_in();
         if !last {
-            while s.1 == gen {
-                s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
-            }
+            drop(trap.wait_while(&self.cv, s, |s| s.1 == gen));
         }
+    }
+
+    /// Wakes every waiter, to see the trap.
+    fn wake(&self) {
+        let _s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        self.cv.notify_all();
     }
 }
 
@@ -128,6 +195,15 @@ impl BlockSync {
             failed: AtomicBool::new(false),
         }
     }
+
+    /// Wakes every lane waiting at one of the block's barriers, so that it
+    /// sees a trap raised after it began to wait.
+    pub fn wake(&self) {
+        self.block.wake();
+        for b in self.done.iter().chain(self.release.iter().flatten()) {
+            b.wake();
+        }
+    }
 }
 
 /// One lane of one block (channel) of a rank.
@@ -136,6 +212,7 @@ pub struct Lane<'a> {
     pub block: u64,
     pub sync: &'a BlockSync,
     pub epoch: Instant,
+    pub trap: &'a Trap,
 }
 
 // SAFETY: the barriers order memory through their mutex.
@@ -150,14 +227,14 @@ unsafe impl Handoff for Lane<'_> {
     }
     fn await_release(&self, slice: u64) -> bool {
         let parity = slice & 1;
-        self.sync.release[self.tid as usize][parity as usize].wait();
+        self.sync.release[self.tid as usize][parity as usize].wait(self.trap);
         self.sync.failed.load(Ordering::Relaxed)
     }
     fn arrive_done(&self, parity: u64) {
         self.sync.done[parity as usize].arrive()
     }
     fn await_done(&self, parity: u64) {
-        self.sync.done[parity as usize].wait()
+        self.sync.done[parity as usize].wait(self.trap)
     }
 }
 
@@ -172,7 +249,7 @@ unsafe impl Device for Lane<'_> {
         self.block
     }
     fn block_barrier_or(&self, pred: bool) -> bool {
-        self.sync.block.wait_or(pred)
+        self.sync.block.wait_or(pred, self.trap)
     }
     unsafe fn load_volatile(&self, p: *const u64) -> u64 {
         (*(p as *const AtomicU64)).load(Ordering::Relaxed)
@@ -180,10 +257,14 @@ unsafe impl Device for Lane<'_> {
     unsafe fn store_volatile(&self, p: *mut u64, v: u64) {
         (*(p as *const AtomicU64)).store(v, Ordering::Relaxed)
     }
+    /// Checks the GPU's 16-byte rule, which x86 would not: a misaligned
+    /// vector access faults on the GPU, so the CPU tests must catch it.
     unsafe fn load_pack(&self, p: *const u8) -> [u32; 4] {
+        assert_pack_aligned(p);
         (p as *const [u32; 4]).read()
     }
     unsafe fn store_pack(&self, p: *mut u8, v: [u32; 4]) {
+        assert_pack_aligned(p);
         (p as *mut [u32; 4]).write(v)
     }
     unsafe fn load_acquire(&self, p: *const u64, _scope: Scope) -> u64 {
@@ -196,10 +277,21 @@ unsafe impl Device for Lane<'_> {
         self.epoch.elapsed().as_nanos() as u64
     }
     fn spin_hint(&self) {
+        // A flag another rank will never raise once it trapped.
+        self.trap.check();
         // The CPU execution runs many more lanes than cores; a spinning lane
         // must let the lane it waits for run.
         std::thread::yield_now()
     }
+}
+
+/// Panics on a pack access that is not 16-byte aligned (see `load_pack`).
+#[inline(always)]
+fn assert_pack_aligned(p: *const u8) {
+    assert!(
+        (p as usize).is_multiple_of(16),
+        "a 16-byte pack access at {p:p} is not 16-byte aligned (it would fault on a GPU)"
+    );
 }
 
 #[cfg(test)]
@@ -215,7 +307,7 @@ mod tests {
                 let b = b.clone();
                 std::thread::spawn(move || {
                     (0..100)
-                        .map(|round| b.wait_or(round % 7 == 3 && t == round % 4))
+                        .map(|round| b.wait_or(round % 7 == 3 && t == round % 4, &Trap::default()))
                         .collect::<Vec<_>>()
                 })
             })
@@ -238,7 +330,7 @@ mod tests {
                 let (b, passed) = (b.clone(), passed.clone());
                 std::thread::spawn(move || {
                     for _ in 0..50 {
-                        b.wait();
+                        b.wait(&Trap::default());
                         passed.fetch_add(1, Ordering::SeqCst);
                     }
                 })
@@ -257,5 +349,35 @@ mod tests {
             w.join().unwrap();
         }
         assert_eq!(passed.load(Ordering::SeqCst), 100);
+    }
+
+    /// Two of a block barrier's three lanes wait for a third that never
+    /// comes (it panicked): raising the trap and waking the block unwinds
+    /// both, whether they began to wait before the trap or after.
+    #[test]
+    fn a_raised_trap_unwinds_the_waiters() {
+        use std::panic::{catch_unwind, AssertUnwindSafe};
+        let sync = Arc::new(BlockSync::new(2));
+        let trap = Arc::new(Trap::default());
+        let waiters: Vec<_> = (0..2)
+            .map(|i| {
+                let (sync, trap) = (sync.clone(), trap.clone());
+                std::thread::spawn(move || {
+                    if i == 1 {
+                        std::thread::sleep(std::time::Duration::from_millis(50));
+                    }
+                    catch_unwind(AssertUnwindSafe(|| sync.block.wait_or(false, &trap)))
+                        .map_err(|p| p.is::<Trapped>())
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        trap.raise("boom".into());
+        trap.raise("later".into());
+        sync.wake();
+        for w in waiters {
+            assert_eq!(w.join().unwrap(), Err(true));
+        }
+        assert_eq!(trap.what().as_deref(), Some("boom"));
     }
 }
