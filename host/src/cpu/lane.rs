@@ -41,15 +41,14 @@ impl Trap {
         self.what.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Unwinds this lane if the trap is set (without the panic hook's
-    /// message: the lane that trapped has printed its own).
+    /// Unwinds this lane if the trap is set.
     fn check(&self) {
         if self.is_set() {
-            std::panic::resume_unwind(Box::new(Trapped));
+            unwind_trapped();
         }
     }
 
-    /// Waits on `cv` until `done` holds, unwinding if the trap is set
+    /// Waits on `cv` while `waiting` holds, unwinding if the trap is set
     /// first (see [`BlockSync::wake`]).
     fn wait_while<'m, S>(
         &self,
@@ -60,12 +59,18 @@ impl Trap {
         while waiting(&s) {
             if self.is_set() {
                 drop(s);
-                std::panic::resume_unwind(Box::new(Trapped));
+                unwind_trapped();
             }
             s = cv.wait(s).unwrap_or_else(|e| e.into_inner());
         }
         s
     }
+}
+
+/// Ends a lane because another one trapped, without the panic hook's
+/// message (the lane that trapped has printed its own).
+fn unwind_trapped() -> ! {
+    std::panic::resume_unwind(Box::new(Trapped))
 }
 
 /// A reusable barrier for `n` threads that also ORs a flag across them, like
