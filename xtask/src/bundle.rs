@@ -1,9 +1,8 @@
 //! `bundle`, and the suite and compare run from a bundle: what a GPU host
 //! without Rust needs, built here.
 
-use crate::tools::fetch_cuda_tools;
+use crate::tools::with_sass;
 use crate::util::{cargo, check, copy, exec, fail, target_dir};
-use ringreduce_build::{parse_sass_archs, PTXAS_ENV, SASS_ENV};
 use std::path::{Path, PathBuf};
 use std::process::{exit, Command};
 
@@ -23,41 +22,6 @@ impl Profile {
         match self {
             Profile::Release => "release",
             Profile::Dev => "debug",
-        }
-    }
-}
-
-/// The GPUs release builds embed SASS for unless `RINGREDUCE_SASS` says
-/// otherwise: the H200s (sm_90) the evidence is gathered on, whose first
-/// process would otherwise spend about 100 s in the driver's JIT.
-const BUNDLE_SASS: &str = "sm_90";
-
-/// Sets a release build's SASS request: the caller's `RINGREDUCE_SASS` if
-/// set (`none` for none), else [`BUNDLE_SASS`], and ptxas from the pinned
-/// wheels unless `RINGREDUCE_PTXAS` names one. Where the wheels cannot be
-/// fetched and the caller asked for nothing, it builds without SASS and
-/// says so: the PTX still runs everywhere.
-pub fn with_sass(c: &mut Command, root: &Path) {
-    let asked = std::env::var(SASS_ENV).ok();
-    let archs = asked.clone().unwrap_or_else(|| BUNDLE_SASS.to_string());
-    let wanted = !parse_sass_archs(&archs)
-        .unwrap_or_else(|e| fail(e))
-        .is_empty();
-    c.env(SASS_ENV, &archs);
-    if !wanted || std::env::var_os(PTXAS_ENV).is_some() {
-        return;
-    }
-    match (fetch_cuda_tools(root), asked) {
-        (Ok(bin), _) => {
-            c.env(PTXAS_ENV, bin.join("ptxas"));
-        }
-        (Err(e), Some(_)) => fail(format!("{SASS_ENV}={archs} needs ptxas: {e}")),
-        (Err(e), None) => {
-            println!(
-                "xtask: no ptxas ({e}); building without SASS, so the first process on each \
-                 machine waits for the driver's JIT"
-            );
-            c.env(SASS_ENV, "none");
         }
     }
 }

@@ -1,8 +1,7 @@
 //! `sass`: register counts and SASS of the embedded PTX, with NVIDIA's
 //! ptxas and cuobjdump (`tools`), no GPU needed.
 
-use crate::bundle::with_sass;
-use crate::tools::cuda_tools;
+use crate::tools::{cuda_tools, with_sass};
 use crate::util::{cargo, check, fail, target_dir};
 use std::path::{Path, PathBuf};
 use std::process::Command;
