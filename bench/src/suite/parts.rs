@@ -663,7 +663,18 @@ pub fn judge_tests(ended: &[Ended], log: &str) -> (Status, String) {
     if !skipped.is_empty() {
         f += &format!("; {} skipped", skipped.len());
     }
+    if let Some(image) = kernel_image(log) {
+        f += &format!("; kernels on sm_{image}");
+    }
     (Status::Pass, f)
+}
+
+/// What the GPU tests' `gpu_kernel_image` printed: the image the kernels
+/// loaded from and the first communicator's time (the harness may print
+/// it after a test's name on the same line).
+fn kernel_image(log: &str) -> Option<&str> {
+    log.lines()
+        .find_map(|l| l.split_once("kernels on sm_").map(|(_, rest)| rest.trim()))
 }
 
 /// A sweep's status and figure: busbw (and its ratio to the single-block
@@ -772,6 +783,14 @@ mod tests {
                 Status::Pass,
                 "1 passed; 10 collectives checked, 0 wrong".into()
             )
+        );
+        let with_image = format!(
+            "test gpu_kernel_image ... kernels on sm_90: SASS sm_90, first communicator in 1.20s\n{pass}"
+        );
+        assert_eq!(
+            judge_tests(&[ok()], &with_image).1,
+            "1 passed; 10 collectives checked, 0 wrong; \
+             kernels on sm_90: SASS sm_90, first communicator in 1.20s"
         );
         let failed = "test result: FAILED. 1 passed; 1 failed; 0 ignored\n";
         assert_eq!(judge_tests(&[ok()], failed).0, Status::Fail);
