@@ -36,8 +36,8 @@ fn forget_stale_packages() {
     }
 }
 
-/// Packages the published crates, then builds and runs `xtask/user-crate` on stable against
-/// them, outside the workspace and its toolchain file.
+/// Packages the published crates, then builds and runs `xtask/user-crate`
+/// on stable against them, outside the workspace and its toolchain file.
 pub fn cmd_package_check(root: &Path) {
     forget_stale_packages();
     // `--no-verify`: the stable user build below compiles every packaged
