@@ -3,7 +3,8 @@
 
 use crate::report::Ceilings;
 use cudarc::driver::{
-    sys, CudaContext, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
+    result, sys, CudaContext, CudaModule, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig,
+    PushKernelArg,
 };
 use ringreduce::gpu::module::{
     module_for, COPY_BLOCK_KERNEL, COPY_GRID_KERNEL, PINGPONG_KERNEL, REDUCE_BLOCK_KERNEL,
@@ -36,9 +37,10 @@ fn time_us(
     Ok(median(t))
 }
 
-/// Measures the device-wide copy, the plain single-block copy and reduce
-/// (no prefetch: on an H200 it slowed the plain copy), and the flag
-/// ping-pong. `copy_bytes` should be far larger than the L2 cache.
+/// Measures the device-wide copy (the copy kernel and the driver's copy),
+/// the plain single-block copy and reduce (no prefetch: on an H200 it slowed
+/// the plain copy), and the flag ping-pong. `copy_bytes` should be far
+/// larger than the L2 cache.
 pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> ringreduce::Result<Ceilings> {
     let module = module_for(ctx)?;
     let stream = ctx.new_stream()?;
@@ -54,19 +56,10 @@ pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> ringreduce::Result<Ce
     let n = words as u64;
     let threads = BLOCK_THREADS;
 
-    let sms =
-        ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
-    let grid = module.load_function(COPY_GRID_KERNEL)?;
-    let grid_cfg = LaunchConfig {
-        grid_dim: (sms * 8, 1, 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    let t_grid = time_us(&stream, 10, || {
-        let mut b = stream.launch_builder(&grid);
-        b.arg(&dp).arg(&sp).arg(&n);
-        // SAFETY: two buffers of `n` u64s.
-        unsafe { b.launch(grid_cfg) }?;
+    let (t_grid, blocks) = time_grid_copy(ctx, &module, &stream, dp, sp, n)?;
+    let t_driver = time_us(&stream, 10, || {
+        // SAFETY: two buffers of `n` u64s, on this context.
+        unsafe { result::memcpy_dtod_async(dp, sp, n as usize * 8, stream.cu_stream()) }?;
         Ok(())
     })?;
 
@@ -115,11 +108,67 @@ pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> ringreduce::Result<Ce
         unsafe { b.launch(ping_cfg) }?;
         Ok(())
     })?;
+    let kernel_gbps = copy_bytes as f64 / t_grid / 1e3;
+    let driver_gbps = copy_bytes as f64 / t_driver / 1e3;
     Ok(Ceilings {
-        device_copy_gbps: copy_bytes as f64 / t_grid / 1e3,
+        device_copy_gbps: kernel_gbps.max(driver_gbps),
+        device_copy_kernel_gbps: kernel_gbps,
+        device_copy_blocks: blocks,
+        device_copy_driver_gbps: driver_gbps,
         block_copy_gbps: copy_bytes as f64 / t_block / 1e3,
         block_reduce_gbps: (half_f32 * 4) as f64 / t_reduce / 1e3,
         pingpong_rtt_us: t_ping / iters as f64,
         copy_bytes,
     })
+}
+
+/// Blocks for a grid-stride copy: exactly the ones the driver says fit at
+/// once, so that no block waits for another to end. (The old fixed eight
+/// per multiprocessor was two whole waves on an H200 only because ptxas
+/// gives the kernel 55 registers, four blocks of 257 threads per SM.)
+fn one_wave(sms: u32, per_sm: u32) -> u32 {
+    sms * per_sm.max(1)
+}
+
+/// Times the copy kernel over `n` `u64`s with one resident wave of blocks;
+/// returns the median µs and the blocks.
+fn time_grid_copy(
+    ctx: &Arc<CudaContext>,
+    module: &Arc<CudaModule>,
+    stream: &Arc<CudaStream>,
+    dp: sys::CUdeviceptr,
+    sp: sys::CUdeviceptr,
+    n: u64,
+) -> ringreduce::Result<(f64, u32)> {
+    let sms =
+        ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+    let grid = module.load_function(COPY_GRID_KERNEL)?;
+    let per_sm = grid.occupancy_max_active_blocks_per_multiprocessor(BLOCK_THREADS, 0, None)?;
+    let blocks = one_wave(sms, per_sm);
+    let cfg = LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (BLOCK_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let t = time_us(stream, 10, || {
+        let mut b = stream.launch_builder(&grid);
+        b.arg(&dp).arg(&sp).arg(&n);
+        // SAFETY: two buffers of `n` u64s.
+        unsafe { b.launch(cfg) }?;
+        Ok(())
+    })?;
+    Ok((t, blocks))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_wave;
+
+    #[test]
+    fn the_copy_grid_is_one_resident_wave() {
+        assert_eq!(one_wave(132, 7), 924);
+        // A kernel the driver says cannot fit still gets a block per
+        // multiprocessor, so that the launch reports the real error.
+        assert_eq!(one_wave(132, 0), 132);
+    }
 }

@@ -56,8 +56,19 @@ pub struct Row {
 /// count the bytes copied once (read and write traffic is twice that).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Ceilings {
-    /// Every multiprocessor copying: the device's copy bandwidth, GB/s.
+    /// The device's copy bandwidth, GB/s: the faster of the two forms below,
+    /// so that the collectives are judged against the best copy measured.
     pub device_copy_gbps: f64,
+    /// The copy kernel over one resident wave of blocks, GB/s (0 in reports
+    /// from before it was measured apart).
+    #[serde(default)]
+    pub device_copy_kernel_gbps: f64,
+    /// The blocks that wave had: occupancy times multiprocessors.
+    #[serde(default)]
+    pub device_copy_blocks: u32,
+    /// The driver's device-to-device copy (`cuMemcpyDtoDAsync`), GB/s.
+    #[serde(default)]
+    pub device_copy_driver_gbps: f64,
     /// One block of `BLOCK_THREADS` with the reduce-scatter's copy loop: the
     /// ceiling of one-block mode, GB/s.
     pub block_copy_gbps: f64,

@@ -86,11 +86,14 @@ pub fn row(r: &Row) -> String {
 pub fn ceilings(c: &Ceilings) -> String {
     format!(
         "# Ceilings (same process, before the sweep; copy GB/s count bytes copied once):\n\
-         #   device-wide copy     : {:9.2} GB/s\n\
+         #   device-wide copy     : {:9.2} GB/s  (the faster of: copy kernel {:.2} on {} blocks, driver {:.2})\n\
          #   single-block copy    : {:9.2} GB/s  (one block of {} threads: the one-block ceiling)\n\
          #   single-block reduce  : {:9.2} GB/s  (two inputs, one output; output bytes)\n\
          #   flag ping-pong (RTT) : {:9.2} us\n",
         c.device_copy_gbps,
+        c.device_copy_kernel_gbps,
+        c.device_copy_blocks,
+        c.device_copy_driver_gbps,
         c.block_copy_gbps,
         ringreduce::kernels::abi::BLOCK_THREADS,
         c.block_reduce_gbps,

@@ -134,6 +134,9 @@ fn json_schema_is_stable() {
         prefetch_rounds: 0,
         ceilings: Some(ringreduce_bench::report::Ceilings {
             device_copy_gbps: 1.0,
+            device_copy_kernel_gbps: 1.0,
+            device_copy_blocks: 1,
+            device_copy_driver_gbps: 0.5,
             block_copy_gbps: 1.0,
             block_reduce_gbps: 1.0,
             pingpong_rtt_us: 1.0,
@@ -272,4 +275,41 @@ fn every_algorithm_then_auto_against_the_best() {
     let out = run(&["--graph"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--graph needs a GPU"));
+}
+
+/// Every schema-2 report committed under `bench/results` still loads, so
+/// that keys added since (with their defaults) keep the evidence readable
+/// by `ringreduce-compare` and the plots.
+#[test]
+fn committed_reports_still_parse() {
+    fn jsons(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                jsons(&p, out);
+            } else if p.extension().is_some_and(|x| x == "json") {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    jsons(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results"),
+        &mut files,
+    );
+    let mut parsed = 0;
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+            continue;
+        };
+        if v["tool"] != "ringreduce-bench" || v["schema"] != SCHEMA_VERSION {
+            continue;
+        }
+        if let Err(e) = serde_json::from_value::<Report>(v) {
+            panic!("{} no longer parses: {e}", f.display());
+        }
+        parsed += 1;
+    }
+    assert!(parsed >= 20, "only {parsed} schema-2 reports found");
 }
