@@ -48,7 +48,10 @@ pub fn run_gpu_tests(tests: &[GpuTest]) -> std::process::ExitCode {
             Ok(d) => {
                 let d = *d;
                 libtest_mimic::Trial::test(name, move || {
+                    let t = std::time::Instant::now();
                     test(d);
+                    // Each test's wall time, for planning device time.
+                    eprintln!("{name}: {:.1} s", t.elapsed().as_secs_f64());
                     Ok(())
                 })
             }

@@ -101,7 +101,7 @@ pub fn all() -> Vec<Part> {
         Part {
             name: "tests",
             about: "the collective matrix (k = 1..8, every type and op, offsets, ring orders), small staging buffers, large counts, 1000 back-to-back collectives, forced direct algorithms, CUDA graph replay",
-            est_s: (320, 20),
+            est_s: (430, 20),
             cap_s: 900,
             job: Job::Tests,
         },
