@@ -10,6 +10,7 @@ use ringreduce::gpu::module::{
     module_for, COPY_BLOCK_KERNEL, COPY_GRID_KERNEL, PINGPONG_KERNEL, REDUCE_BLOCK_KERNEL,
 };
 use ringreduce::kernels::abi::BLOCK_THREADS;
+use std::error::Error;
 use std::sync::Arc;
 
 const TIMING: Option<sys::CUevent_flags> = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
@@ -41,27 +42,31 @@ fn time_us(
 /// the plain single-block copy and reduce (no prefetch: on an H200 it slowed
 /// the plain copy), and the flag ping-pong. `copy_bytes` should be far
 /// larger than the L2 cache.
-pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> ringreduce::Result<Ceilings> {
+pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> Result<Ceilings, Box<dyn Error>> {
     let module = module_for(ctx)?;
     let stream = ctx.new_stream()?;
     let words = (copy_bytes / 8) as usize;
-    let src = stream.clone_htod(
-        &(0..words as u64)
-            .map(|i| i.wrapping_mul(0x9e37_79b9))
-            .collect::<Vec<_>>(),
-    )?;
+    let pattern: Vec<u64> = (0..words as u64)
+        .map(|i| i.wrapping_mul(0x9e37_79b9))
+        .collect();
+    let src = stream.clone_htod(&pattern)?;
     let mut dst = stream.alloc_zeros::<u64>(words)?;
     let (sp, _g1) = src.device_ptr(&stream);
     let (dp, _g2) = dst.device_ptr_mut(&stream);
     let n = words as u64;
     let threads = BLOCK_THREADS;
 
-    let (t_grid, blocks) = time_grid_copy(ctx, &module, &stream, dp, sp, n)?;
-    let t_driver = time_us(&stream, 10, || {
+    let (mut kernel_copy, blocks) = grid_copy(ctx, &module, &stream, dp, sp, n)?;
+    let t_grid = time_us(&stream, 10, &mut kernel_copy)?;
+    verify_copy(&stream, dp, &pattern, "the copy kernel", &mut kernel_copy)?;
+    let mut driver_copy = || {
         // SAFETY: two buffers of `n` u64s, on this context.
         unsafe { result::memcpy_dtod_async(dp, sp, n as usize * 8, stream.cu_stream()) }?;
         Ok(())
-    })?;
+    };
+    let t_driver = time_us(&stream, 10, &mut driver_copy)?;
+    verify_copy(&stream, dp, &pattern, "the driver's copy", &mut driver_copy)?;
+    drop(pattern);
 
     let block = module.load_function(COPY_BLOCK_KERNEL)?;
     let block_cfg = LaunchConfig {
@@ -130,16 +135,16 @@ fn one_wave(sms: u32, per_sm: u32) -> u32 {
     sms * per_sm.max(1)
 }
 
-/// Times the copy kernel over `n` `u64`s with one resident wave of blocks;
-/// returns the median µs and the blocks.
-fn time_grid_copy(
+/// The copy kernel over `n` `u64`s with one resident wave of blocks, as a
+/// launch to time, and the blocks.
+fn grid_copy<'a>(
     ctx: &Arc<CudaContext>,
     module: &Arc<CudaModule>,
-    stream: &Arc<CudaStream>,
+    stream: &'a Arc<CudaStream>,
     dp: sys::CUdeviceptr,
     sp: sys::CUdeviceptr,
     n: u64,
-) -> ringreduce::Result<(f64, u32)> {
+) -> ringreduce::Result<(impl FnMut() -> ringreduce::Result<()> + 'a, u32)> {
     let sms =
         ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
     let grid = module.load_function(COPY_GRID_KERNEL)?;
@@ -150,19 +155,60 @@ fn time_grid_copy(
         block_dim: (BLOCK_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
-    let t = time_us(stream, 10, || {
+    let launch = move || {
         let mut b = stream.launch_builder(&grid);
         b.arg(&dp).arg(&sp).arg(&n);
         // SAFETY: two buffers of `n` u64s.
         unsafe { b.launch(cfg) }?;
         Ok(())
-    })?;
-    Ok((t, blocks))
+    };
+    Ok((launch, blocks))
+}
+
+/// Zeroes the `want.len()` words at `dp`, runs `copy` once more and
+/// compares every word with `want`: a copy that skipped data would make a
+/// ceiling that flatters every ratio measured against it.
+fn verify_copy(
+    stream: &Arc<CudaStream>,
+    dp: sys::CUdeviceptr,
+    want: &[u64],
+    what: &str,
+    mut copy: impl FnMut() -> ringreduce::Result<()>,
+) -> Result<(), Box<dyn Error>> {
+    let mut got = vec![0u64; want.len()];
+    // SAFETY: `dp` holds `want.len()` words on this stream's context; the
+    // stream is synchronised before `got` is read.
+    unsafe { result::memset_d8_async(dp, 0, want.len() * 8, stream.cu_stream()) }?;
+    copy()?;
+    unsafe { result::memcpy_dtoh_async(&mut got, dp, stream.cu_stream()) }?;
+    stream.synchronize()?;
+    match first_difference(&got, want) {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "{what} copied word {i} of {} wrong ({:#x}, not {:#x}): no ceiling",
+            want.len(),
+            got[i],
+            want[i]
+        )
+        .into()),
+    }
+}
+
+/// The first index where `got` and `want` differ, if any.
+fn first_difference(got: &[u64], want: &[u64]) -> Option<usize> {
+    (0..got.len().max(want.len())).find(|&i| got.get(i) != want.get(i))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::one_wave;
+    use super::{first_difference, one_wave};
+
+    #[test]
+    fn a_copy_is_checked_to_its_last_word() {
+        assert_eq!(first_difference(&[1, 2, 3], &[1, 2, 3]), None);
+        assert_eq!(first_difference(&[1, 0, 3], &[1, 2, 3]), Some(1));
+        assert_eq!(first_difference(&[1, 2], &[1, 2, 3]), Some(2));
+    }
 
     #[test]
     fn the_copy_grid_is_one_resident_wave() {

@@ -3,7 +3,7 @@
 //! with. The entries and the host's names come from one table
 //! ([`crate::for_each_type`]).
 
-use crate::abi::{BLOCK_THREADS, GPU_THREADS};
+use crate::abi::GPU_THREADS;
 use crate::arch::nvptx::{block_idx, grid_dim, trap, Gpu};
 use crate::device::{Device, Scope};
 use crate::op::Sum;
@@ -88,12 +88,18 @@ pub unsafe extern "ptx-kernel" fn ringreduce_copy_block(dst: u64, src: u64, n: u
 /// buffers): the device-wide copy bandwidth. Each lane has four packs in
 /// flight, so that the ceiling is the memory's and not one load's round
 /// trip per lane (the collectives' own loops keep more than one in flight).
+/// Only the first `GPU_THREADS` lanes of a block copy, so that every warp's
+/// 512 bytes start on a 32-byte sector, as the local collectives' do (with
+/// 257 lanes, every other block's warps straddled one more sector).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn ringreduce_copy_grid(dst: u64, src: u64, n: u64) {
     let g = Block::default();
-    let threads = BLOCK_THREADS as u64;
-    let lane = block_idx() * threads + g.thread_idx();
-    let stride = grid_dim() * threads;
+    let tid = g.thread_idx();
+    if tid >= GPU_THREADS {
+        return;
+    }
+    let lane = block_idx() * GPU_THREADS + tid;
+    let stride = grid_dim() * GPU_THREADS;
     let packs = n / 2;
     let (s, d) = (src as *const u8, dst as *mut u8);
     let at = |p: u64| (p * 16) as usize;
