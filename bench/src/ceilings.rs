@@ -130,7 +130,7 @@ pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> Result<Ceilings, Box<
 /// Blocks for a grid-stride copy: exactly the ones the driver says fit at
 /// once, so that no block waits for another to end. (The old fixed eight
 /// per multiprocessor was two whole waves on an H200 only because ptxas
-/// gives the kernel 55 registers, four blocks of 257 threads per SM.)
+/// gave the kernel 55 registers, four blocks of 257 threads per SM.)
 fn one_wave(sms: u32, per_sm: u32) -> u32 {
     sms * per_sm.max(1)
 }
