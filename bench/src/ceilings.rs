@@ -9,6 +9,7 @@ use cudarc::driver::{
 use ringreduce::gpu::module::{
     module_for, COPY_BLOCK_KERNEL, COPY_GRID_KERNEL, PINGPONG_KERNEL, REDUCE_BLOCK_KERNEL,
 };
+use ringreduce::gpu::resident_blocks_of;
 use ringreduce::kernels::abi::BLOCK_THREADS;
 use std::error::Error;
 use std::sync::Arc;
@@ -127,16 +128,11 @@ pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> Result<Ceilings, Box<
     })
 }
 
-/// Blocks for a grid-stride copy: exactly the ones the driver says fit at
-/// once, so that no block waits for another to end. (The old fixed eight
-/// per multiprocessor was two whole waves on an H200 only because ptxas
-/// gave the kernel 55 registers, four blocks of 257 threads per SM.)
-fn one_wave(sms: u32, per_sm: u32) -> u32 {
-    sms * per_sm.max(1)
-}
-
-/// The copy kernel over `n` `u64`s with one resident wave of blocks, as a
-/// launch to time, and the blocks.
+/// The copy kernel over `n` `u64`s as a launch to time, and its blocks: one
+/// resident wave, so that no block waits for another to end. (The old
+/// fixed eight per multiprocessor was two whole waves on an H200 only
+/// because ptxas gave the kernel 55 registers, four blocks of 257 threads
+/// per SM.)
 fn grid_copy<'a>(
     ctx: &Arc<CudaContext>,
     module: &Arc<CudaModule>,
@@ -145,11 +141,8 @@ fn grid_copy<'a>(
     sp: sys::CUdeviceptr,
     n: u64,
 ) -> ringreduce::Result<(impl FnMut() -> ringreduce::Result<()> + 'a, u32)> {
-    let sms =
-        ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
     let grid = module.load_function(COPY_GRID_KERNEL)?;
-    let per_sm = grid.occupancy_max_active_blocks_per_multiprocessor(BLOCK_THREADS, 0, None)?;
-    let blocks = one_wave(sms, per_sm);
+    let blocks = resident_blocks_of(ctx, std::iter::once(&grid), BLOCK_THREADS)? as u32;
     let cfg = LaunchConfig {
         grid_dim: (blocks, 1, 1),
         block_dim: (BLOCK_THREADS, 1, 1),
@@ -201,20 +194,12 @@ fn first_difference(got: &[u64], want: &[u64]) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::{first_difference, one_wave};
+    use super::first_difference;
 
     #[test]
     fn a_copy_is_checked_to_its_last_word() {
         assert_eq!(first_difference(&[1, 2, 3], &[1, 2, 3]), None);
         assert_eq!(first_difference(&[1, 0, 3], &[1, 2, 3]), Some(1));
         assert_eq!(first_difference(&[1, 2], &[1, 2, 3]), Some(2));
-    }
-
-    #[test]
-    fn the_copy_grid_is_one_resident_wave() {
-        assert_eq!(one_wave(132, 7), 924);
-        // A kernel the driver says cannot fit still gets a block per
-        // multiprocessor, so that the launch reports the real error.
-        assert_eq!(one_wave(132, 0), 132);
     }
 }

@@ -14,3 +14,5 @@ pub use buffers::{Buffers, RawBuffers};
 pub use comm::Communicator;
 pub use driver::{device_count, driver_available, open_device};
 pub use launch::capture;
+#[doc(hidden)]
+pub use setup::resident_blocks_of;

@@ -257,7 +257,8 @@ fn ring_for(
 
 /// Blocks of `kernels`, launched `threads` wide, that fit on the device at
 /// once: the least occupancy of any of them, times the multiprocessors.
-fn resident_blocks_of<'a>(
+/// The bench sizes its device-copy grid with it too.
+pub fn resident_blocks_of<'a>(
     ctx: &Arc<CudaContext>,
     kernels: impl Iterator<Item = &'a CudaFunction>,
     threads: u32,
