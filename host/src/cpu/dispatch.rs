@@ -41,19 +41,36 @@ macro_rules! with_op {
 
 /// Generates the two entry points from the kernels' type table, so the
 /// (`DataType`, Rust type) pairs are the ones the GPU entries use.
+///
+/// Each type's kernels sit in a module of their own because rustc splits
+/// codegen units by module: one module held all 100 instances in one unit,
+/// which one core compiled alone for ten minutes.
 macro_rules! type_table {
     ($($tn:ident: $t:ty => $dt:ident;)*) => {
+        $(mod $tn {
+            // Not a glob: it would bring in the sibling modules, and one of
+            // them is named `half`, like the crate.
+            use super::{entry, local, Avg, Lane, LocalArgs, Max, Min, Op, Prod, Sum, Work, CPU_THREADS};
+
+            #[inline(never)]
+            pub(super) unsafe fn rank(op: Op, lane: &Lane<'_>, w: &Work) {
+                with_op!(op, O => entry::run::<Lane<'_>, $t, O, CPU_THREADS>(lane, w))
+            }
+
+            #[inline(never)]
+            pub(super) unsafe fn local(op: Op, lane: &Lane<'_>, b: &LocalArgs, block: u64) {
+                with_op!(op, O => local::run::<Lane<'_>, $t, O, CPU_THREADS>(lane, b, block))
+            }
+        })*
+
         /// Runs `w`'s block on `lane` with the kernel code for
         /// (`dtype`, `op`).
         ///
         /// # Safety
         /// As for [`entry::run`], with `dtype` the type of `w`'s buffers.
-        #[inline(never)]
         pub(super) unsafe fn run_rank(dtype: DataType, op: Op, lane: &Lane<'_>, w: &Work) {
             match dtype {
-                $(DataType::$dt => {
-                    with_op!(op, O => entry::run::<Lane<'_>, $t, O, CPU_THREADS>(lane, w))
-                })*
+                $(DataType::$dt => $tn::rank(op, lane, w),)*
             }
         }
 
@@ -62,7 +79,6 @@ macro_rules! type_table {
         ///
         /// # Safety
         /// As for [`local::run`], with `dtype` the type of `b`'s buffers.
-        #[inline(never)]
         pub(super) unsafe fn run_local(
             dtype: DataType,
             op: Op,
@@ -71,9 +87,7 @@ macro_rules! type_table {
             block: u64,
         ) {
             match dtype {
-                $(DataType::$dt => {
-                    with_op!(op, O => local::run::<Lane<'_>, $t, O, CPU_THREADS>(lane, b, block))
-                })*
+                $(DataType::$dt => $tn::local(op, lane, b, block),)*
             }
         }
     };
