@@ -1,6 +1,7 @@
 //! The CPU communicator: the same ring engine, run by OS threads.
 
 use super::buffer::{HostMem, HostView, UseGuard};
+use super::dispatch::{run_local, run_rank};
 use super::lane::{BlockSync, Lane, Trap, Trapped};
 use crate::config::CommConfig;
 use crate::element::RsElement;
@@ -9,12 +10,11 @@ use crate::planner::{connect, plan, BufferSpan, ChannelWiring, Plan, RankWiring}
 use crate::ring::RingOrder;
 use crate::state::CommState;
 use ringreduce_kernels::abi::{
-    Algorithm, Collective, DirectPeer, LocalArgs, RankConn, Work, CPU_THREADS, DIRECT_FLAG_STRIDE,
+    Algorithm, Collective, DirectPeer, LocalArgs, RankConn, CPU_THREADS, DIRECT_FLAG_STRIDE,
     MAX_CHANNELS,
 };
 use ringreduce_kernels::plan::DEFAULT_BUFFER_BYTES;
-use ringreduce_kernels::{entry, local};
-use ringreduce_kernels::{Avg, Element, Max, Min, Op, Prod, StatusRecord, Sum};
+use ringreduce_kernels::{Op, StatusRecord};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
@@ -427,7 +427,7 @@ impl CpuCommunicator {
                                 // SAFETY: the arguments come from the
                                 // planner for this call, whose buffers every
                                 // rank's job holds between the two barriers.
-                                unsafe { run_local::<T>(op, lane, &args, first + lane.block) }
+                                unsafe { run_local(T::DTYPE, op, lane, &args, first + lane.block) }
                             });
                             end.wait();
                         }),
@@ -451,7 +451,7 @@ impl CpuCommunicator {
                                 injected_panic(hooks.lane_panic, u, lane);
                                 // SAFETY: `w` comes from the planner for this
                                 // communicator, whose memory outlives the job.
-                                unsafe { run_rank::<T>(op, lane, &w) }
+                                unsafe { run_rank(T::DTYPE, op, lane, &w) }
                             });
                         }),
                     )?;
@@ -543,50 +543,6 @@ impl Drop for CpuCommunicator {
 
 fn read_status(words: &[AtomicU64; StatusRecord::WORDS]) -> StatusRecord {
     StatusRecord::from_words(std::array::from_fn(|i| words[i].load(Ordering::Acquire)))
-}
-
-/// Runs `$body` with `$O` the reduce-op type of the runtime `op`.
-macro_rules! with_op {
-    ($op:expr, $O:ident => $body:expr) => {
-        match $op {
-            Op::Sum => {
-                type $O = Sum;
-                $body
-            }
-            Op::Prod => {
-                type $O = Prod;
-                $body
-            }
-            Op::Max => {
-                type $O = Max;
-                $body
-            }
-            Op::Min => {
-                type $O = Min;
-                $body
-            }
-            Op::Avg => {
-                type $O = Avg;
-                $body
-            }
-        }
-    };
-}
-
-/// Runs `w`'s block on `lane` with the kernel code for `op`.
-///
-/// # Safety
-/// As for [`entry::run`].
-unsafe fn run_rank<T: Element>(op: Op, lane: &Lane<'_>, w: &Work) {
-    with_op!(op, O => entry::run::<Lane<'_>, T, O, CPU_THREADS>(lane, w))
-}
-
-/// Runs block `block` of a local call's grid on `lane`.
-///
-/// # Safety
-/// As for [`local::run`].
-unsafe fn run_local<T: Element>(op: Op, lane: &Lane<'_>, b: &LocalArgs, block: u64) {
-    with_op!(op, O => local::run::<Lane<'_>, T, O, CPU_THREADS>(lane, b, block))
 }
 
 /// `blocks` blocks, each of `CPU_THREADS` producer lanes and the control

@@ -2,6 +2,7 @@
 
 mod buffer;
 mod comm;
+mod dispatch;
 mod lane;
 mod tasks;
 
