@@ -30,6 +30,7 @@ use crate::abi::{DIRECT_FLAG_STRIDE, MAX_CHANNELS};
 use crate::device::Device;
 use crate::element::Element;
 use crate::flags::{signal, wait_all_at_least, WaitCtx, WaitSite};
+use crate::groups::Groups;
 use crate::op::ReduceOp;
 use crate::plan::{block_residue, PACK_BYTES};
 use crate::transfer::fold;
@@ -193,33 +194,6 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     }
     if control() {
         d.store_volatile(epoch_at, e + 1);
-    }
-}
-
-/// The producer lanes split into one group per block, so that a small
-/// direct collective moves its blocks at once, not one after another; a
-/// large one moves the same bytes per lane either way. Group `g` runs
-/// blocks `g, g + groups, ...` of `count`.
-struct Groups {
-    /// This lane's first block, `count` when it has none.
-    first: u64,
-    groups: u64,
-    /// This lane's place in its group, and the group's size: the striping
-    /// of every fold it runs.
-    lanes: (u64, u64),
-}
-
-impl Groups {
-    #[inline(always)]
-    fn of(tid: u64, threads: u64, count: u64) -> Groups {
-        let groups = count.clamp(1, threads);
-        let size = threads / groups;
-        let group = tid / size;
-        Groups {
-            first: if group < groups { group } else { count },
-            groups,
-            lanes: (tid % size, size),
-        }
     }
 }
 

@@ -34,6 +34,7 @@ pub mod engine;
 pub mod entry;
 pub mod flags;
 pub mod grad;
+pub mod groups;
 pub mod local;
 pub mod op;
 pub mod plan;

@@ -18,13 +18,15 @@
 //! Work is cut over the whole grid, not per rank: the collective's
 //! elements (`k` segments of `n` for reduce-scatter and all-gather, one of
 //! `n` for all-reduce) go to the blocks in equal runs of whole rows of
-//! packs. Every element folds its inputs in user-rank order `0, 1, ...,
+//! packs; the segments a run touches go to groups of the block's lanes
+//! ([`crate::groups`]), so that short ones move at once. Every element folds its inputs in user-rank order `0, 1, ...,
 //! k - 1`, as the direct algorithms do, so the results have their bits, and
 //! an all-reduce writes one value to every rank's output.
 
 use crate::abi::{Collective, LocalArgs, BATCH_RANKS};
 use crate::device::Device;
 use crate::element::Element;
+use crate::groups::Groups;
 use crate::op::ReduceOp;
 use crate::plan::PACK_BYTES;
 use crate::transfer::fold;
@@ -78,34 +80,43 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     let run = total.div_ceil(row).div_ceil(blocks) * row;
     let lo = block.saturating_mul(run).min(total);
     let hi = lo.saturating_add(run).min(total);
+    if lo >= hi {
+        return;
+    }
+    // The segments this block's run touches, each a piece of its own
+    // group of lanes, so that short segments move at once.
+    let first = lo / seg;
+    let pieces = (hi - 1) / seg - first + 1;
+    let grp = Groups::of(tid, THREADS, pieces);
     let ends = Ends::of(a);
-    let (aligned, lanes, kk) = (a.aligned != 0, (tid, THREADS), k as u32);
+    let (aligned, kk) = (a.aligned != 0, k as u32);
     let at = |base: u64, i: u64| (base + i * sz) as *mut T;
-    let mut i = lo;
-    while i < hi {
-        let (s, e) = (i / seg, i % seg);
-        let len = (hi - i).min(seg - e);
+    let mut p = grp.first;
+    while p < pieces {
+        let s = first + p;
+        let i = lo.max(s * seg);
+        let (e, len) = (i - s * seg, hi.min((s + 1) * seg) - i);
         match c {
             // Segment `s` is rank `s`'s output, folded from block `s` of
             // every input.
             Collective::ReduceScatter => {
                 let dst = |_| at(ends.recv[s as usize], e);
                 let src = |u: u64| at(ends.send[u as usize], i) as *const T;
-                fold::<D, T, O, true>(d, lanes, dst, 1, src, k, len, aligned, kk);
+                fold::<D, T, O, true>(d, grp.lanes, dst, 1, src, k, len, aligned, kk);
             }
             // Segment `s` is rank `s`'s input, copied to block `s` of every
             // output.
             Collective::AllGather => {
                 let dst = |u: u64| at(ends.recv[u as usize], i);
                 let src = |_| at(ends.send[s as usize], e) as *const T;
-                fold::<D, T, O, false>(d, lanes, dst, k, src, 1, len, aligned, 1);
+                fold::<D, T, O, false>(d, grp.lanes, dst, k, src, 1, len, aligned, 1);
             }
             Collective::AllReduce => {
                 let dst = |u: u64| at(ends.recv[u as usize], e);
                 let src = |u: u64| at(ends.send[u as usize], e) as *const T;
-                fold::<D, T, O, true>(d, lanes, dst, k, src, k, len, aligned, kk);
+                fold::<D, T, O, true>(d, grp.lanes, dst, k, src, k, len, aligned, kk);
             }
         }
-        i += len;
+        p += grp.groups;
     }
 }

@@ -1,0 +1,60 @@
+//! A block's lanes split into groups over independent pieces of work.
+//!
+//! A small collective has several short pieces per block (a direct
+//! collective's blocks, a local call's segments); moved one after another,
+//! each costs a memory round trip, so a few elements per rank take
+//! microseconds. One group per piece moves them at once, and a large piece
+//! moves the same bytes per lane either way.
+
+/// Group `g` of `groups` runs pieces `g, g + groups, ...` of `count`.
+pub struct Groups {
+    /// This lane's first piece, `count` when it has none.
+    pub first: u64,
+    pub groups: u64,
+    /// This lane's place in its group, and the group's size: the striping
+    /// of every fold it runs.
+    pub lanes: (u64, u64),
+}
+
+impl Groups {
+    /// Lane `tid` of `threads`, over `count` pieces.
+    #[inline(always)]
+    pub fn of(tid: u64, threads: u64, count: u64) -> Groups {
+        let groups = count.clamp(1, threads);
+        let size = threads / groups;
+        let group = tid / size;
+        Groups {
+            first: if group < groups { group } else { count },
+            groups,
+            lanes: (tid % size, size),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Groups;
+
+    /// Every piece has exactly one group, and every group's lanes are
+    /// distinct and cover its size.
+    #[test]
+    fn every_piece_is_run_once_by_a_full_group() {
+        for threads in [1u64, 4, 256] {
+            for count in [0u64, 1, 2, 3, 7, 8, 255, 256, 1000] {
+                let mut runs = [0u64; 1000];
+                for tid in 0..threads {
+                    let g = Groups::of(tid, threads, count);
+                    let mut i = g.first;
+                    while i < count {
+                        if g.lanes.0 == 0 {
+                            runs[i as usize] += 1;
+                        }
+                        assert!(g.lanes.0 < g.lanes.1);
+                        i += g.groups;
+                    }
+                }
+                assert!(runs[..count as usize].iter().all(|&r| r == 1));
+            }
+        }
+    }
+}
