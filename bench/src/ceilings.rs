@@ -3,8 +3,8 @@
 
 use crate::report::Ceilings;
 use cudarc::driver::{
-    result, sys, CudaContext, CudaModule, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig,
-    PushKernelArg,
+    result, sys, CudaContext, CudaFunction, CudaModule, CudaStream, DevicePtr, DevicePtrMut,
+    LaunchConfig, PushKernelArg,
 };
 use ringreduce::gpu::module::{
     module_for, COPY_BLOCK_KERNEL, COPY_GRID_KERNEL, PINGPONG_KERNEL, REDUCE_BLOCK_KERNEL,
@@ -13,6 +13,7 @@ use ringreduce::gpu::resident_blocks_of;
 use ringreduce::kernels::abi::BLOCK_THREADS;
 use std::error::Error;
 use std::sync::Arc;
+use std::time::Instant;
 
 const TIMING: Option<sys::CUevent_flags> = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
 
@@ -114,6 +115,7 @@ pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> Result<Ceilings, Box<
         unsafe { b.launch(ping_cfg) }?;
         Ok(())
     })?;
+    let (launch_us, launch_host_us) = empty_launches(&stream, &block, dp, sp)?;
     let kernel_gbps = copy_bytes as f64 / t_grid / 1e3;
     let driver_gbps = copy_bytes as f64 / t_driver / 1e3;
     Ok(Ceilings {
@@ -124,8 +126,59 @@ pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> Result<Ceilings, Box<
         block_copy_gbps: copy_bytes as f64 / t_block / 1e3,
         block_reduce_gbps: (half_f32 * 4) as f64 / t_reduce / 1e3,
         pingpong_rtt_us: t_ping / iters as f64,
+        launch_us,
+        launch_host_us,
         copy_bytes,
     })
+}
+
+/// Launches back to back of the single-block copy with nothing to copy,
+/// through the driver call the collectives use: (µs per launch between
+/// events, µs of host time per launch), the medians of five runs of 1000.
+/// A small collective is one such launch plus its own work, so this is
+/// the floor its time per operation is judged against.
+fn empty_launches(
+    stream: &Arc<CudaStream>,
+    kernel: &CudaFunction,
+    dst: u64,
+    src: u64,
+) -> ringreduce::Result<(f64, f64)> {
+    const LAUNCHES: usize = 1000;
+    let (mut dst, mut src, mut none) = (dst, src, 0u64);
+    let mut params = [
+        &mut dst as *mut u64 as *mut std::ffi::c_void,
+        &mut src as *mut u64 as *mut std::ffi::c_void,
+        &mut none as *mut u64 as *mut std::ffi::c_void,
+    ];
+    let mut launch = || {
+        // SAFETY: the copy kernel's three arguments; with a count of 0 it
+        // touches no memory.
+        unsafe {
+            result::launch_kernel(
+                kernel.cu_function(),
+                (1, 1, 1),
+                (BLOCK_THREADS, 1, 1),
+                0,
+                stream.cu_stream(),
+                &mut params,
+            )
+        }
+    };
+    let (mut gpu, mut host) = (Vec::new(), Vec::new());
+    for _ in 0..6 {
+        stream.synchronize()?;
+        let a = stream.record_event(TIMING)?;
+        let t0 = Instant::now();
+        for _ in 0..LAUNCHES {
+            launch()?;
+        }
+        host.push(t0.elapsed().as_secs_f64() * 1e6 / LAUNCHES as f64);
+        let b = stream.record_event(TIMING)?;
+        b.synchronize()?;
+        gpu.push(a.elapsed_ms(&b)? as f64 * 1e3 / LAUNCHES as f64);
+    }
+    // The first run is the warm-up.
+    Ok((median(gpu.split_off(1)), median(host.split_off(1))))
 }
 
 /// The copy kernel over `n` `u64`s as a launch to time, and its blocks: one

@@ -78,6 +78,16 @@ pub struct Ceilings {
     pub block_reduce_gbps: f64,
     /// Round trip of one flag signal between two blocks, µs.
     pub pingpong_rtt_us: f64,
+    /// Per launch, µs, of back-to-back launches of a one-block kernel with
+    /// nothing to do, timed as the sweeps are (events around the
+    /// iterations): the floor of any collective that is one launch (0 in
+    /// reports from before it was measured).
+    #[serde(default)]
+    pub launch_us: f64,
+    /// The host's part of it: the host clock around the same launches, µs
+    /// per launch.
+    #[serde(default)]
+    pub launch_host_us: f64,
     /// Bytes used for the copy measurements.
     pub copy_bytes: u64,
 }

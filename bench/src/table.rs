@@ -89,7 +89,8 @@ pub fn ceilings(c: &Ceilings) -> String {
          #   device-wide copy     : {:9.2} GB/s  (the faster of: copy kernel {:.2} on {} blocks, driver {:.2})\n\
          #   single-block copy    : {:9.2} GB/s  (one block of {} threads: the one-block ceiling)\n\
          #   single-block reduce  : {:9.2} GB/s  (two inputs, one output; output bytes)\n\
-         #   flag ping-pong (RTT) : {:9.2} us\n",
+         #   flag ping-pong (RTT) : {:9.2} us\n\
+         #   empty launch         : {:9.2} us  (back to back, per launch; host {:.2} us of it)\n",
         c.device_copy_gbps,
         c.device_copy_kernel_gbps,
         c.device_copy_blocks,
@@ -97,7 +98,9 @@ pub fn ceilings(c: &Ceilings) -> String {
         c.block_copy_gbps,
         ringreduce::kernels::abi::BLOCK_THREADS,
         c.block_reduce_gbps,
-        c.pingpong_rtt_us
+        c.pingpong_rtt_us,
+        c.launch_us,
+        c.launch_host_us
     )
 }
 

@@ -140,6 +140,8 @@ fn json_schema_is_stable() {
             block_copy_gbps: 1.0,
             block_reduce_gbps: 1.0,
             pingpong_rtt_us: 1.0,
+            launch_us: 2.0,
+            launch_host_us: 1.5,
             copy_bytes: 1,
         }),
         rows: vec![ringreduce_bench::report::Row {
