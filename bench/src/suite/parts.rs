@@ -138,6 +138,17 @@ pub fn all() -> Vec<Part> {
                 sizes: &["8", "1K", "32K"],
             },
         },
+        Part {
+            name: "kernel-times-k8-rs",
+            about: "the same for the reduce-scatter at 1 KiB, 4 KiB and 32 KiB: eight segments of a few elements each, which one block once moved one after another; skipped on the CPU execution",
+            est_s: (60, 1),
+            cap_s: 300,
+            job: Job::KernelTimes {
+                common: "-g 8 -d float -o sum --collective reduce-scatter -n 20 -w 2",
+                kernel: "ringreduce_(local_)?float_sum",
+                sizes: &["1K", "4K", "32K"],
+            },
+        },
         sweep(
             "bench-k4-256M-C1",
             "the one-channel floor: all three collectives on the ring, k = 4, f32 sum, 256 MiB, 2 MiB staging, C = 1",
