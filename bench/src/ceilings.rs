@@ -10,7 +10,10 @@ use ringreduce::gpu::module::{
     module_for, COPY_BLOCK_KERNEL, COPY_GRID_KERNEL, PINGPONG_KERNEL, REDUCE_BLOCK_KERNEL,
 };
 use ringreduce::gpu::resident_blocks_of;
-use ringreduce::kernels::abi::BLOCK_THREADS;
+use ringreduce::kernels::abi::{
+    local_kernel_name, LocalArgs, BATCH_RANKS, BLOCK_THREADS, LOCAL_THREADS,
+};
+use ringreduce::{DataType, Op};
 use std::error::Error;
 use std::sync::Arc;
 use std::time::Instant;
@@ -115,7 +118,8 @@ pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> Result<Ceilings, Box<
         unsafe { b.launch(ping_cfg) }?;
         Ok(())
     })?;
-    let (launch_us, launch_host_us) = empty_launches(&stream, &block, dp, sp)?;
+    let [(launch_us, launch_host_us), (local_launch_us, local_launch_host_us)] =
+        launch_floors(&stream, &module, &block)?;
     let kernel_gbps = copy_bytes as f64 / t_grid / 1e3;
     let driver_gbps = copy_bytes as f64 / t_driver / 1e3;
     Ok(Ceilings {
@@ -128,49 +132,40 @@ pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> Result<Ceilings, Box<
         pingpong_rtt_us: t_ping / iters as f64,
         launch_us,
         launch_host_us,
+        local_launch_us,
+        local_launch_host_us,
         copy_bytes,
     })
 }
 
-/// Launches back to back of the single-block copy with nothing to copy,
-/// through the driver call the collectives use: (µs per launch between
-/// events, µs of host time per launch), the medians of five runs of 1000.
-/// A small collective is one such launch plus its own work, so this is
-/// the floor its time per operation is judged against.
+/// Launches back to back of `kernel` on `grid` blocks of `threads` with
+/// `params`, through the driver call the collectives use: (µs per launch
+/// between events, µs of host time per launch), the medians of five runs
+/// of 1000. The kernel must do nothing with these arguments.
 fn empty_launches(
     stream: &Arc<CudaStream>,
     kernel: &CudaFunction,
-    dst: u64,
-    src: u64,
+    (grid, threads): (u32, u32),
+    params: &mut [*mut std::ffi::c_void],
 ) -> ringreduce::Result<(f64, f64)> {
     const LAUNCHES: usize = 1000;
-    let (mut dst, mut src, mut none) = (dst, src, 0u64);
-    let mut params = [
-        &mut dst as *mut u64 as *mut std::ffi::c_void,
-        &mut src as *mut u64 as *mut std::ffi::c_void,
-        &mut none as *mut u64 as *mut std::ffi::c_void,
-    ];
-    let mut launch = || {
-        // SAFETY: the copy kernel's three arguments; with a count of 0 it
-        // touches no memory.
-        unsafe {
-            result::launch_kernel(
-                kernel.cu_function(),
-                (1, 1, 1),
-                (BLOCK_THREADS, 1, 1),
-                0,
-                stream.cu_stream(),
-                &mut params,
-            )
-        }
-    };
     let (mut gpu, mut host) = (Vec::new(), Vec::new());
     for _ in 0..6 {
         stream.synchronize()?;
         let a = stream.record_event(TIMING)?;
         let t0 = Instant::now();
         for _ in 0..LAUNCHES {
-            launch()?;
+            // SAFETY: the caller's arguments make the kernel touch nothing.
+            unsafe {
+                result::launch_kernel(
+                    kernel.cu_function(),
+                    (grid, 1, 1),
+                    (threads, 1, 1),
+                    0,
+                    stream.cu_stream(),
+                    params,
+                )
+            }?;
         }
         host.push(t0.elapsed().as_secs_f64() * 1e6 / LAUNCHES as f64);
         let b = stream.record_event(TIMING)?;
@@ -180,6 +175,42 @@ fn empty_launches(
     // The first run is the warm-up.
     Ok((median(gpu.split_off(1)), median(host.split_off(1))))
 }
+
+/// The floor of a one-launch collective: the single-block copy with
+/// nothing to copy, then the local `f32` sum entry with no ranks on a grid
+/// of [`LOCAL_FLOOR_BLOCKS`], its 304-byte argument and its own function,
+/// so that what a local call costs beyond it is the library's own.
+fn launch_floors(
+    stream: &Arc<CudaStream>,
+    module: &Arc<CudaModule>,
+    block: &CudaFunction,
+) -> ringreduce::Result<[(f64, f64); 2]> {
+    let (mut dst, mut src, mut none) = (0u64, 0u64, 0u64);
+    let mut copy_params = [
+        &mut dst as *mut u64 as *mut std::ffi::c_void,
+        &mut src as *mut u64 as *mut std::ffi::c_void,
+        &mut none as *mut u64 as *mut std::ffi::c_void,
+    ];
+    let copy = empty_launches(stream, block, (1, BLOCK_THREADS), &mut copy_params)?;
+    let local = module.load_function(local_kernel_name(DataType::F32, Op::Sum))?;
+    let mut args = LocalArgs {
+        collective: 0,
+        ranks: 0,
+        blocks: LOCAL_FLOOR_BLOCKS as u64,
+        total: 0,
+        segment: 0,
+        aligned: 0,
+        send: [0; BATCH_RANKS],
+        recv: [0; BATCH_RANKS],
+    };
+    let mut local_params = [&mut args as *mut LocalArgs as *mut std::ffi::c_void];
+    let grid = (LOCAL_FLOOR_BLOCKS, LOCAL_THREADS);
+    let local = empty_launches(stream, &local, grid, &mut local_params)?;
+    Ok([copy, local])
+}
+
+/// Blocks of the local floor's grid: a small local call's at k = 8.
+const LOCAL_FLOOR_BLOCKS: u32 = 8;
 
 /// The copy kernel over `n` `u64`s as a launch to time, and its blocks: one
 /// resident wave, so that no block waits for another to end. (The old

@@ -67,6 +67,11 @@ pub struct BenchArgs {
     /// Warm-up iterations per size.
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
     pub warmup: usize,
+    /// Timed windows of `iters` per size and placement; the time reported
+    /// is the median window's, so that one scheduling hiccup of the host
+    /// does not set a small size's figure.
+    #[arg(long = "repeats", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=99))]
+    pub repeats: u64,
     /// Check results (0/1).
     #[arg(short = 'c', long = "check", default_value = "1", value_parser = bool01, action = clap::ArgAction::Set)]
     pub check: bool,

@@ -88,6 +88,12 @@ pub struct Ceilings {
     /// per launch.
     #[serde(default)]
     pub launch_host_us: f64,
+    /// The same for the local `f32` sum entry with no ranks, on eight
+    /// blocks: a small local call's launch, without the library around it.
+    #[serde(default)]
+    pub local_launch_us: f64,
+    #[serde(default)]
+    pub local_launch_host_us: f64,
     /// Bytes used for the copy measurements.
     pub copy_bytes: u64,
 }
@@ -112,6 +118,9 @@ pub struct Report {
     pub ranks: usize,
     pub iters: usize,
     pub warmup: usize,
+    /// `--repeats`: timed windows per size, the median reported.
+    #[serde(default = "one")]
+    pub repeats: u64,
     pub blocking: bool,
     /// `--graph`: each size's iterations were one CUDA graph replay.
     #[serde(default)]
@@ -170,6 +179,11 @@ pub fn now_iso() -> String {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     iso_utc(s)
+}
+
+/// Reports from before `--repeats` timed one window.
+fn one() -> u64 {
+    1
 }
 
 #[cfg(test)]

@@ -200,6 +200,7 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         ranks: args.ranks,
         iters: args.iters,
         warmup: args.warmup,
+        repeats: args.repeats,
         blocking: args.blocking,
         graph: args.graph,
         buffsize: 0,
@@ -567,27 +568,39 @@ fn type_sweep<C: Clock, T: RsElement + FromSmall>(
             for it in 0..args.warmup {
                 launch(it)?;
             }
-            let (start, stop) = if args.graph {
-                let g = comm.capture(&mut || (0..args.iters).try_for_each(&mut launch))?;
-                // The first replay uploads the graph.
-                comm.replay(&g)?;
-                let start = comm.mark()?;
-                comm.replay(&g)?;
-                (start, comm.mark()?)
-            } else {
-                let start = comm.mark()?;
-                let t0 = Instant::now();
-                for it in 0..args.iters {
-                    launch(it)?;
-                    if args.blocking {
-                        comm.synchronize()?;
-                    }
-                }
-                let per = t0.elapsed().as_secs_f64() * 1e6 / args.iters.max(1) as f64;
-                host[pi] = (!args.blocking).then_some(per);
-                (start, comm.mark()?)
+            let graph = match args.graph {
+                true => Some(comm.capture(&mut || (0..args.iters).try_for_each(&mut launch))?),
+                false => None,
             };
-            timed[pi] = comm.elapsed_us(&start, &stop)? / args.iters.max(1) as f64;
+            let mut windows = Vec::new();
+            for _ in 0..args.repeats {
+                let (start, stop, per) = match &graph {
+                    Some(g) => {
+                        // The first replay uploads the graph.
+                        comm.replay(g)?;
+                        let start = comm.mark()?;
+                        comm.replay(g)?;
+                        (start, comm.mark()?, None)
+                    }
+                    None => {
+                        let start = comm.mark()?;
+                        let t0 = Instant::now();
+                        for it in 0..args.iters {
+                            launch(it)?;
+                            if args.blocking {
+                                comm.synchronize()?;
+                            }
+                        }
+                        let per = t0.elapsed().as_secs_f64() * 1e6 / args.iters.max(1) as f64;
+                        (start, comm.mark()?, (!args.blocking).then_some(per))
+                    }
+                };
+                let t = comm.elapsed_us(&start, &stop)? / args.iters.max(1) as f64;
+                windows.push((t, per));
+            }
+            // The median window by time, with its own host time.
+            windows.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (timed[pi], host[pi]) = windows[windows.len() / 2];
             comm.synchronize()?;
             if args.check {
                 wrong[pi] = Some(check::<C, T>(comm, c, &mut bufs, n, p.op, in_place)?);

@@ -90,7 +90,8 @@ pub fn ceilings(c: &Ceilings) -> String {
          #   single-block copy    : {:9.2} GB/s  (one block of {} threads: the one-block ceiling)\n\
          #   single-block reduce  : {:9.2} GB/s  (two inputs, one output; output bytes)\n\
          #   flag ping-pong (RTT) : {:9.2} us\n\
-         #   empty launch         : {:9.2} us  (back to back, per launch; host {:.2} us of it)\n",
+         #   empty launch         : {:9.2} us  (back to back, per launch; host {:.2} us of it)\n\
+         #   empty local launch   : {:9.2} us  (the local entry, no ranks, 8 blocks; host {:.2} us)\n",
         c.device_copy_gbps,
         c.device_copy_kernel_gbps,
         c.device_copy_blocks,
@@ -100,7 +101,9 @@ pub fn ceilings(c: &Ceilings) -> String {
         c.block_reduce_gbps,
         c.pingpong_rtt_us,
         c.launch_us,
-        c.launch_host_us
+        c.launch_host_us,
+        c.local_launch_us,
+        c.local_launch_host_us
     )
 }
 
@@ -137,12 +140,13 @@ pub fn preamble(r: &Report) -> String {
     let mut s = String::new();
     writeln!(
         s,
-        "# ringreduce {} {}: nRanks {} iters {} warmup {} blocking {} buffsize {} channels {} algo {} prefetch {} ring {:?}",
+        "# ringreduce {} {}: nRanks {} iters {} warmup {} repeats {} blocking {} buffsize {} channels {} algo {} prefetch {} ring {:?}",
         r.version,
         r.collective,
         r.ranks,
         r.iters,
         r.warmup,
+        r.repeats,
         r.blocking as u8,
         r.buffsize,
         r.channels.map_or("auto".to_string(), |c| c.to_string()),

@@ -124,6 +124,7 @@ fn json_schema_is_stable() {
         ranks: 2,
         iters: 1,
         warmup: 1,
+        repeats: 1,
         blocking: false,
         graph: false,
         buffsize: 1,
@@ -142,6 +143,8 @@ fn json_schema_is_stable() {
             pingpong_rtt_us: 1.0,
             launch_us: 2.0,
             launch_host_us: 1.5,
+            local_launch_us: 2.5,
+            local_launch_host_us: 2.0,
             copy_bytes: 1,
         }),
         rows: vec![ringreduce_bench::report::Row {
