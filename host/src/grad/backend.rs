@@ -25,6 +25,8 @@ pub trait GradBackend: Collectives {
     fn new_queues(&self) -> Result<Vec<Self::Queue>>;
     /// The queues the communicator's own calls use.
     fn own_queues(&self) -> Vec<Self::Queue>;
+    /// An identity of `queue`: equal for queues that are one.
+    fn queue_id(&self, queue: &Self::Queue) -> u64;
     /// Makes each `waiters[u]` wait, on the device, for the work queued on
     /// `ons[u]` so far (one pair per rank).
     fn order(&self, waiters: &[Self::Queue], ons: &[Self::Queue]) -> Result<()>;
@@ -103,6 +105,9 @@ impl GradBackend for Communicator {
     }
     fn own_queues(&self) -> Vec<Arc<CudaStream>> {
         self.streams().to_vec()
+    }
+    fn queue_id(&self, queue: &Arc<CudaStream>) -> u64 {
+        queue.cu_stream() as u64
     }
     /// Each distinct pair of streams once, with one event per distinct
     /// `on` stream: ranks that share their streams (virtual ranks on one
@@ -204,6 +209,10 @@ impl GradBackend for CpuCommunicator {
     }
     fn own_queues(&self) -> Vec<()> {
         vec![(); self.k()]
+    }
+    /// A rank's queues are all its worker thread.
+    fn queue_id(&self, _queue: &()) -> u64 {
+        0
     }
     /// Every queue of a rank is its worker thread, in order already.
     fn order(&self, _waiters: &[()], _ons: &[()]) -> Result<()> {

@@ -3,6 +3,7 @@
 
 use super::backend::GradBackend;
 use super::bucket::{pieces, plan, words, Bucket, Item, Packer};
+use super::descs::DescCache;
 use super::{slot, GradSync, Precision, Slots};
 use crate::collectives::Region;
 use crate::element::RsElement;
@@ -175,7 +176,18 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
             let bucket = slot(self.comm, &mut self.buckets[b], u, qu, cap)?;
             let base = self.comm.addr(u, bucket);
             let holds = vec![C::hold(bucket)];
-            copy_items(self.comm, u, qu, tensors, items, base, into_bucket, holds)?;
+            let kept = &mut self.descs;
+            copy_items(
+                self.comm,
+                u,
+                qu,
+                tensors,
+                items,
+                base,
+                into_bucket,
+                holds,
+                kept,
+            )?;
         }
         Ok(())
     }
@@ -243,6 +255,7 @@ pub(super) fn copy_items<C: GradBackend, L: AsRef<[C::Buf<f32>]>>(
     base: u64,
     into: bool,
     mut holds: Vec<C::Hold>,
+    kept: &mut DescCache<C>,
 ) -> Result<()> {
     if let [it] = items {
         // One tensor (a pushed gradient): by value, nothing to upload.
@@ -272,27 +285,27 @@ pub(super) fn copy_items<C: GradBackend, L: AsRef<[C::Buf<f32>]>>(
         pieces(comm.addr(u, t), at, it.len, into, &mut descs);
         holds.push(C::hold(t));
     }
-    copy_task(comm, u, q, &descs, holds)
+    copy_task(comm, u, q, &descs, holds, kept)
 }
 
-/// One batched copy of `descs` on rank `u`'s queue.
+/// One batched copy of `descs` on rank `u`'s queue, its descriptors
+/// uploaded once and kept in `kept`.
 pub(super) fn copy_task<C: GradBackend>(
     comm: &C,
     u: usize,
     q: &C::Queue,
     descs: &[ringreduce_kernels::abi::CopyDesc],
     mut holds: Vec<C::Hold>,
+    kept: &mut DescCache<C>,
 ) -> Result<()> {
     if descs.is_empty() {
         return Ok(());
     }
-    let w = words(descs);
-    let mut d = comm.alloc::<u64>(u, q, w.len())?;
-    comm.write_on(u, q, &mut d, &w)?;
-    holds.push(C::hold(&d));
+    let d = kept.get(comm, u, q, &words(descs))?;
+    holds.push(C::hold(d));
     let task = Task {
         kind: TaskKind::Copy as u64,
-        src: comm.addr(u, &d),
+        src: comm.addr(u, d),
         n: descs.len() as u64,
         ..Task::default()
     };

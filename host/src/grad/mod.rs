@@ -54,6 +54,7 @@
 
 mod backend;
 pub mod bucket;
+mod descs;
 mod fused;
 mod sparse;
 mod view;
@@ -151,6 +152,8 @@ pub struct GradSync<'c, C: GradBackend> {
     words: [Slots<C::Buf<u64>>; 5],
     half: Slots<C::Buf<half::f16>>,
     bhalf: Slots<C::Buf<half::bf16>>,
+    /// Copy descriptors uploaded once and reused while they repeat.
+    descs: descs::DescCache<C>,
 }
 
 /// One scratch buffer per rank, grown on demand.
@@ -190,6 +193,7 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
             words: std::array::from_fn(|_| Slots::new(k)),
             half: Slots::new(k),
             bhalf: Slots::new(k),
+            descs: descs::DescCache::new(k),
         })
     }
 

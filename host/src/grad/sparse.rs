@@ -143,14 +143,25 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
     /// Packs (`into`) or unpacks a list's tensors at `items` of the packed
     /// buffers at `base` (one address per rank), on the own queues.
     fn copy_list(
-        &self,
+        &mut self,
         list: &[Vec<C::Buf<f32>>],
         items: &[Item],
         base: &[u64],
         into: bool,
     ) -> Result<()> {
         for (u, q) in self.own.iter().enumerate() {
-            copy_items(self.comm, u, q, list, items, base[u], into, Vec::new())?;
+            let kept = &mut self.descs;
+            copy_items(
+                self.comm,
+                u,
+                q,
+                list,
+                items,
+                base[u],
+                into,
+                Vec::new(),
+                kept,
+            )?;
         }
         Ok(())
     }
@@ -280,7 +291,7 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
                 pieces(g[u], at[u].0, n, false, &mut descs);
                 let mut h = std::mem::take(&mut holds[u]);
                 h.push(C::hold(&self.work.bufs[u].as_ref().expect("allocated").0));
-                copy_task(comm, u, q, &descs, h)?;
+                copy_task(comm, u, q, &descs, h, &mut self.descs)?;
             }
             return Ok(SparseSent {
                 pairs: 0,
