@@ -83,11 +83,14 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     if lo >= hi {
         return;
     }
-    // The segments this block's run touches, each a piece of its own
-    // group of lanes, so that short segments move at once.
+    // The segments this block's run touches. Shorter than a run, each is a
+    // piece of its own group of lanes, so that short segments move at
+    // once; longer, a run touches at most two, one of them perhaps a few
+    // rows, and all lanes take each in turn, since a group of half the
+    // lanes would take twice as long over the larger one.
     let first = lo / seg;
     let pieces = (hi - 1) / seg - first + 1;
-    let grp = Groups::of(tid, THREADS, pieces);
+    let grp = Groups::of(tid, THREADS, if seg < run { pieces } else { 1 });
     let ends = Ends::of(a);
     let (aligned, kk) = (a.aligned != 0, k as u32);
     let at = |base: u64, i: u64| (base + i * sz) as *mut T;
