@@ -3,8 +3,9 @@
 //! A small collective has several short pieces per block (a direct
 //! collective's blocks, a local call's segments); moved one after another,
 //! each costs a memory round trip, so a few elements per rank take
-//! microseconds. One group per piece moves them at once, and a large piece
-//! moves the same bytes per lane either way.
+//! microseconds. One group per piece moves them at once. Groups are only
+//! for pieces of like size: the whole grid waits for the group with the
+//! largest piece, so one long piece wants every lane of the block.
 
 /// Group `g` of `groups` runs pieces `g, g + groups, ...` of `count`.
 pub struct Groups {
@@ -35,8 +36,8 @@ impl Groups {
 mod tests {
     use super::Groups;
 
-    /// Every piece has exactly one group, and every group's lanes are
-    /// distinct and cover its size.
+    /// Every piece is taken by exactly one group (its lane 0 counted), and
+    /// every lane's place lies inside its group.
     #[test]
     fn every_piece_is_run_once_by_a_full_group() {
         for threads in [1u64, 4, 256] {

@@ -18,10 +18,11 @@
 //! Work is cut over the whole grid, not per rank: the collective's
 //! elements (`k` segments of `n` for reduce-scatter and all-gather, one of
 //! `n` for all-reduce) go to the blocks in equal runs of whole rows of
-//! packs; the segments a run touches go to groups of the block's lanes
-//! ([`crate::groups`]), so that short ones move at once. Every element folds its inputs in user-rank order `0, 1, ...,
-//! k - 1`, as the direct algorithms do, so the results have their bits, and
-//! an all-reduce writes one value to every rank's output.
+//! packs; segments shorter than a run go to groups of the block's lanes
+//! ([`crate::groups`]), so that they move at once. Every element folds its
+//! inputs in user-rank order `0, 1, ..., k - 1`, as the direct algorithms
+//! do, so the results have their bits, and an all-reduce writes one value
+//! to every rank's output.
 
 use crate::abi::{Collective, LocalArgs, BATCH_RANKS};
 use crate::device::Device;
