@@ -229,10 +229,13 @@ pub fn capture(stream: &Arc<CudaStream>, queue: impl FnOnce() -> Result<()>) -> 
 /// same stream every time, stream order already does this.
 fn hand_over(last: &mut Option<Arc<CudaStream>>, next: &Arc<CudaStream>) -> Result<()> {
     if let Some(prev) = last.as_ref() {
-        if prev.cu_stream() != next.cu_stream() {
-            let e = prev.record_event(None)?;
-            next.wait(&e)?;
+        if prev.cu_stream() == next.cu_stream() {
+            // The usual case, every call: no event, and no reference count
+            // to touch.
+            return Ok(());
         }
+        let e = prev.record_event(None)?;
+        next.wait(&e)?;
     }
     *last = Some(next.clone());
     Ok(())
