@@ -97,6 +97,18 @@ pub fn all() -> Vec<Part> {
         cap_s: 600,
         job: Job::Sweep { common, gpu, cpu },
     };
+    // The collective entry or the local one, whichever Auto runs.
+    let kernel_times = |name, about, common, sizes| Part {
+        name,
+        about,
+        est_s: (60, 1),
+        cap_s: 300,
+        job: Job::KernelTimes {
+            common,
+            kernel: "ringreduce_(local_)?float_sum",
+            sizes,
+        },
+    };
     vec![
         Part {
             name: "tests",
@@ -126,29 +138,18 @@ pub fn all() -> Vec<Part> {
             cap_s: 600,
             job: Job::Sanitize,
         },
-        Part {
-            name: "kernel-times-k8",
-            about: "the all-reduce kernel's own time under Nsight Compute (ncu), k = 8, f32 sum, Auto (the local kernel on one GPU), at 8 B, 1 KiB and 32 KiB: the GPU's part of the latency, apart from launches; skipped on the CPU execution",
-            est_s: (60, 1),
-            cap_s: 300,
-            job: Job::KernelTimes {
-                common: "-g 8 -d float -o sum --collective all-reduce -n 20 -w 2",
-                // The collective entry or the local one, whichever Auto runs.
-                kernel: "ringreduce_(local_)?float_sum",
-                sizes: &["8", "1K", "32K"],
-            },
-        },
-        Part {
-            name: "kernel-times-k8-rs",
-            about: "the same for the reduce-scatter at 1 KiB, 4 KiB and 32 KiB: eight segments of a few elements each, which one block once moved one after another; skipped on the CPU execution",
-            est_s: (60, 1),
-            cap_s: 300,
-            job: Job::KernelTimes {
-                common: "-g 8 -d float -o sum --collective reduce-scatter -n 20 -w 2",
-                kernel: "ringreduce_(local_)?float_sum",
-                sizes: &["1K", "4K", "32K"],
-            },
-        },
+        kernel_times(
+            "kernel-times-k8",
+            "the all-reduce kernel's own time under Nsight Compute (ncu), k = 8, f32 sum, Auto (the local kernel on one GPU), at 8 B, 1 KiB and 32 KiB: the GPU's part of the latency, apart from launches; skipped on the CPU execution",
+            "-g 8 -d float -o sum --collective all-reduce -n 20 -w 2",
+            &["8", "1K", "32K"],
+        ),
+        kernel_times(
+            "kernel-times-k8-rs",
+            "the same for the reduce-scatter at 1 KiB, 4 KiB and 32 KiB: eight segments of a few elements each, which one block once moved one after another; skipped on the CPU execution",
+            "-g 8 -d float -o sum --collective reduce-scatter -n 20 -w 2",
+            &["1K", "4K", "32K"],
+        ),
         sweep(
             "bench-k4-256M-C1",
             "the one-channel floor: all three collectives on the ring, k = 4, f32 sum, 256 MiB, 2 MiB staging, C = 1",
