@@ -66,6 +66,8 @@ enum Job {
         common: &'static str,
         /// A regular expression for the kernel names to time.
         kernel: &'static str,
+        /// Launches of those kernels to leave out first: the ceilings'.
+        skip: usize,
         sizes: &'static [&'static str],
     },
     /// A bench sweep: common flags, then the GPU or the CPU sizes.
@@ -106,6 +108,8 @@ pub fn all() -> Vec<Part> {
         job: Job::KernelTimes {
             common,
             kernel: "ringreduce_(local_)?float_sum",
+            // The launch floor runs the local f32 sum entry first.
+            skip: crate::ceilings::LOCAL_FLOOR_LAUNCHES,
             sizes,
         },
     };
@@ -386,8 +390,15 @@ impl Part {
             Job::KernelTimes {
                 common,
                 kernel,
+                skip,
                 sizes,
-            } => super::profile::kernel_times(ctx, limit, self.name, common, kernel, sizes),
+            } => {
+                let kernels = super::profile::Kernels {
+                    regex: kernel,
+                    skip: *skip,
+                };
+                super::profile::kernel_times(ctx, limit, self.name, common, &kernels, sizes)
+            }
             Job::Sweep { common, gpu, cpu } => {
                 self.sweep(ctx, limit, common, if ctx.cpu { cpu } else { gpu })
             }

@@ -28,6 +28,27 @@ pub fn median(v: &[f64]) -> Option<f64> {
     (!s.is_empty()).then(|| s[s.len() / 2])
 }
 
+/// The kernels a part times.
+pub struct Kernels<'a> {
+    /// A regular expression for their names.
+    pub regex: &'a str,
+    /// Launches of them to leave out before the timed ones: the bench's
+    /// ceilings launch the local entry thousands of times with no work.
+    pub skip: usize,
+}
+
+impl Kernels<'_> {
+    /// `ncu`'s filter arguments.
+    fn filter(&self) -> Vec<String> {
+        vec![
+            "--kernel-name".into(),
+            format!("regex:^{}$", self.regex),
+            "--launch-skip".into(),
+            self.skip.to_string(),
+        ]
+    }
+}
+
 /// The bench at each of `sizes` under `ncu`, one process per size, each
 /// logged; the figure is the median kernel time per size. Skipped on the
 /// CPU execution and without `ncu`.
@@ -36,7 +57,7 @@ pub fn kernel_times(
     limit: Duration,
     name: &str,
     common: &str,
-    kernel: &str,
+    kernels: &Kernels<'_>,
     sizes: &[&str],
 ) -> (Status, String, Vec<String>) {
     let ncu = match gpu_tool(ctx, "ncu", "Nsight Compute times GPU kernels") {
@@ -55,8 +76,7 @@ pub fn kernel_times(
         c.args(["--clock-control", "none", "--cache-control", "none"])
             .args(["--csv", "--print-units", "base"])
             .args(["--metrics", "gpu__time_duration.sum"])
-            .arg("--kernel-name")
-            .arg(format!("regex:^{kernel}$"))
+            .args(kernels.filter())
             .arg(ctx.bin_dir.join("ringreduce-bench"))
             .args(common.split_whitespace())
             .args(["-b", size, "-e", size]);
@@ -100,5 +120,17 @@ mod tests {
         assert_eq!(d, vec![7168.0, 6912.0, 9000.0]);
         assert_eq!(median(&d), Some(7168.0));
         assert_eq!(median(&[]), None);
+    }
+
+    #[test]
+    fn the_filter_skips_the_ceilings_launches() {
+        let k = Kernels {
+            regex: "ringreduce_(local_)?float_sum",
+            skip: crate::ceilings::LOCAL_FLOOR_LAUNCHES,
+        };
+        let f = k.filter();
+        assert_eq!(f[1], "regex:^ringreduce_(local_)?float_sum$");
+        let skip = crate::ceilings::LOCAL_FLOOR_LAUNCHES.to_string();
+        assert_eq!(f[2..], ["--launch-skip".to_string(), skip]);
     }
 }
