@@ -1,9 +1,15 @@
-//! The library's own host time per small collective, without a GPU.
+//! The library's own host time per small collective, apart from the driver's.
 //!
 //! A collective launched one by one is host bound on the H100 machines
 //! (`bench/NOTES.md`, nineteenth session), and the driver's share cannot be
-//! told from the library's there. Here a stub `libcuda.so` whose calls do
-//! nothing stands in for the driver, so what is timed is this crate:
+//! told from the library's there. Three loops tell them apart, each timed
+//! on the host clock and between events:
+//! - `library`: the local all-reduce of 2 `f32` through the communicator;
+//! - `raw`: the same kernel with the same argument, launched directly;
+//! - `empty`: that kernel with no ranks (it returns at once).
+//!
+//! With a stub `libcuda.so` whose calls do nothing standing in for the
+//! driver, `library` is this crate's own time:
 //!
 //! ```sh
 //! gcc -O2 -shared -fPIC -o /tmp/stub/libcuda.so bench/stub-driver/libcuda_stub.c
@@ -13,8 +19,15 @@
 //!
 //! `perf record -g` on the same command shows where the time goes.
 
-use ringreduce::{Collective, Collectives, CommConfig, Communicator, Op, Region};
+use cudarc::driver::{result, sys, CudaSlice, CudaStream, DevicePtr};
+use ringreduce::gpu::module::module_for;
+use ringreduce::kernels::abi::{local_kernel_name, LocalArgs, BATCH_RANKS, LOCAL_THREADS};
+use ringreduce::{Collective, Collectives, CommConfig, Communicator, DataType, Op, Region};
+use std::sync::Arc;
 use std::time::Instant;
+
+const ITERS: usize = 100_000;
+const ROUNDS: usize = 3;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let k: usize = match std::env::args().nth(1) {
@@ -35,10 +48,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|u| comm.upload(u, &data))
         .collect::<Result<Vec<_>, _>>()?;
     let algorithm = comm.algorithm_for::<f32>(Collective::AllReduce, n)?;
-    let iters = 200_000;
-    for round in 0..3 {
-        let t = Instant::now();
-        for _ in 0..iters {
+    let blocks = (k * comm.channels_for::<f32>(Collective::AllReduce, n)?) as u64;
+    let stream = comm.streams()[0].clone();
+    println!("k = {k}, {algorithm:?} all-reduce of {n} f32, {blocks} blocks; per call:");
+    for round in 0..ROUNDS {
+        let (host, gpu) = timed(&stream, || {
             let mut regions: Vec<Region<'_, _>> = send
                 .iter()
                 .zip(recv.iter_mut())
@@ -49,10 +63,74 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     recv_at: 0..n,
                 })
                 .collect();
-            Collectives::collective(&comm, Collective::AllReduce, &mut regions, Op::Sum)?;
+            Ok(Collectives::collective(
+                &comm,
+                Collective::AllReduce,
+                &mut regions,
+                Op::Sum,
+            )?)
+        })?;
+        println!("  round {round}: library {host:.3} us host, {gpu:.3} us between events");
+    }
+    let module = module_for(comm.context(0))?;
+    let f = module.load_function(local_kernel_name(DataType::F32, Op::Sum))?;
+    let mut args = LocalArgs {
+        collective: Collective::AllReduce as u64,
+        ranks: k as u64,
+        blocks,
+        total: n as u64,
+        segment: n as u64,
+        aligned: 0,
+        send: [0; BATCH_RANKS],
+        recv: [0; BATCH_RANKS],
+    };
+    let ptrs = |bufs: &[CudaSlice<f32>], s: &Arc<CudaStream>| -> Vec<u64> {
+        bufs.iter().map(|b| b.device_ptr(s).0).collect()
+    };
+    args.send[..k].copy_from_slice(&ptrs(&send, &stream));
+    args.recv[..k].copy_from_slice(&ptrs(&recv, &stream));
+    let empty = LocalArgs { ranks: 0, ..args };
+    for (name, a) in [("raw", args), ("empty", empty)] {
+        for round in 0..ROUNDS {
+            let mut a = a;
+            let mut params = [&mut a as *mut LocalArgs as *mut std::ffi::c_void];
+            let (host, gpu) = timed(&stream, || {
+                // SAFETY: the argument names live buffers of `n` elements
+                // on this device (or no ranks at all).
+                unsafe {
+                    result::launch_kernel(
+                        f.cu_function(),
+                        (blocks as u32, 1, 1),
+                        (LOCAL_THREADS, 1, 1),
+                        0,
+                        stream.cu_stream(),
+                        &mut params,
+                    )
+                }?;
+                Ok(())
+            })?;
+            println!("  round {round}: {name} {host:.3} us host, {gpu:.3} us between events");
         }
-        let us = t.elapsed().as_secs_f64() * 1e6 / iters as f64;
-        println!("round {round}: {us:.3} us per {algorithm:?} all-reduce of {n} f32, k = {k}");
     }
     Ok(())
+}
+
+/// `ITERS` calls of `call` back to back: host and event microseconds per
+/// call.
+fn timed(
+    stream: &Arc<CudaStream>,
+    mut call: impl FnMut() -> Result<(), Box<dyn std::error::Error>>,
+) -> Result<(f64, f64), Box<dyn std::error::Error>> {
+    let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+    stream.synchronize()?;
+    let a = stream.record_event(flags)?;
+    let t = Instant::now();
+    for _ in 0..ITERS {
+        call()?;
+    }
+    let host = t.elapsed().as_secs_f64() * 1e6 / ITERS as f64;
+    let b = stream.record_event(flags)?;
+    b.synchronize()?;
+    let gpu = a.elapsed_ms(&b)? as f64 * 1e3 / ITERS as f64;
+    Ok((host, gpu))
 }
