@@ -358,19 +358,21 @@ pub fn validate(c: Collective, bufs: &[BufferSpan], k: usize, dtype: DataType) -
                 collective: c.name(),
             });
         }
-        ranges.push((rank, "send", send));
-        ranges.push((rank, "recv", recv));
+        // Whether the buffer is a send, as a flag: every call runs the
+        // k^2 loop below.
+        ranges.push((rank, true, send));
+        ranges.push((rank, false, recv));
     }
+    let name = |is_send: bool| if is_send { "send" } else { "recv" };
     // Between ranks, only two sends may overlap: nobody writes them.
-    for (i, &(a, a_which, ra)) in ranges.iter().enumerate() {
-        for &(b, b_which, rb) in &ranges[i + 1..] {
-            let both_read_only = a_which == "send" && b_which == "send";
-            if a != b && !both_read_only && overlaps(ra, rb) {
+    for (i, &(a, a_send, ra)) in ranges.iter().enumerate() {
+        for &(b, b_send, rb) in &ranges[i + 1..] {
+            if a != b && !(a_send && b_send) && overlaps(ra, rb) {
                 return Err(Error::Overlap {
                     a,
-                    a_which,
+                    a_which: name(a_send),
                     b,
-                    b_which,
+                    b_which: name(b_send),
                 });
             }
         }

@@ -141,10 +141,30 @@ fn overlapping_outputs_and_inputs() {
     let s = setup();
     let mut b = s.good();
     b[1] = CpuBuffers::out_of_place(s.send[1].as_view(), s.recv[0].as_view());
-    s.expect(&b, |e| matches!(e, Error::Overlap { a: 0, b: 1, .. }));
+    s.expect(&b, |e| {
+        matches!(
+            e,
+            Error::Overlap {
+                a: 0,
+                a_which: "recv",
+                b: 1,
+                b_which: "recv"
+            }
+        )
+    });
     let mut b = s.good();
     b[2] = CpuBuffers::out_of_place(s.send[2].as_view(), s.send[0].view(N..2 * N));
-    s.expect(&b, |e| matches!(e, Error::Overlap { a: 0, b: 2, .. }));
+    s.expect(&b, |e| {
+        matches!(
+            e,
+            Error::Overlap {
+                a: 0,
+                a_which: "send",
+                b: 2,
+                b_which: "recv"
+            }
+        )
+    });
 }
 
 #[test]

@@ -343,10 +343,9 @@ impl Communicator {
         op: Op,
         streams: &[Arc<CudaStream>],
     ) -> Result<()> {
-        let conns: Vec<u64> = self.inner.ranks.iter().map(|r| r.conn.ptr).collect();
         let plan = plan(
             c,
-            &conns,
+            &self.inner.conns,
             spans,
             dtype,
             self.inner.state.call_opts(GPU_THREADS),

@@ -16,6 +16,7 @@ use ringreduce_kernels::abi::{
     Algorithm, Batch, LocalArgs, Work, BATCH_RANKS, BLOCK_THREADS, LOCAL_THREADS,
 };
 use ringreduce_kernels::{DataType, Op};
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// User ranks by device, in order of first appearance, cut into groups of
@@ -106,12 +107,13 @@ pub fn enqueue(
         Plan::Launch { works, .. } => {
             let withhold = inner.state.hooks().withhold_rank;
             for g in &inner.groups {
-                let members: Vec<usize> = g
-                    .ranks
-                    .iter()
-                    .copied()
-                    .filter(|&u| withhold != Some(u))
-                    .collect();
+                // The test hook aside, every rank of the group.
+                let members: Cow<'_, [usize]> = match withhold {
+                    Some(w) if g.ranks.contains(&w) => {
+                        Cow::Owned(g.ranks.iter().copied().filter(|&u| u != w).collect())
+                    }
+                    _ => Cow::Borrowed(&g.ranks),
+                };
                 if members.is_empty() {
                     continue;
                 }
@@ -142,13 +144,19 @@ fn launch(
 ) -> Result<()> {
     let lead = members[0];
     let on = streams[lead].cu_stream();
-    let picked: Vec<Work> = members.iter().map(|&u| works[u]).collect();
-    let mut batch = Batch::new(&picked).ok_or_else(|| {
+    // Usually every rank, in order: then the plan's own list.
+    let picked: Cow<'_, [Work]> = if members.iter().copied().eq(0..works.len()) {
+        Cow::Borrowed(works)
+    } else {
+        Cow::Owned(members.iter().map(|&u| works[u]).collect())
+    };
+    let not_one = || {
         Error::Broken(format!(
             "internal: a launch of {} ranks does not make one batch",
             picked.len()
         ))
-    })?;
+    };
+    let blocks = Batch::grid(&picked).ok_or_else(not_one)?;
     // Each other stream once, in the order the members name them.
     let mut others: Vec<sys::CUstream> = Vec::new();
     for &u in &members[1..] {
@@ -161,11 +169,12 @@ fn launch(
     let wait = sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
     let kernels = &inner.kernels[lead];
     // A local call (every rank of the communicator in this one batch, see
-    // the planner) runs its own entry with its small argument.
-    let mut local = None;
+    // the planner) runs its own entry with its small argument; only the
+    // others build the 2.5 KB batch.
+    let (mut local, mut batch) = (None, None);
     if picked[0].algorithm == Algorithm::Local as u64 {
         let args = (picked.len() == works.len())
-            .then(|| LocalArgs::new(&picked, batch.blocks()))
+            .then(|| LocalArgs::new(&picked, blocks))
             .flatten();
         local = Some(args.ok_or_else(|| {
             Error::Broken(format!(
@@ -174,18 +183,21 @@ fn launch(
                 picked.len()
             ))
         })?);
+    } else {
+        batch = Some(Batch::new(&picked).ok_or_else(not_one)?);
     }
-    let (f, threads, mut params) = match local.as_mut() {
-        Some(a) => (
+    let (f, threads, mut params) = match (local.as_mut(), batch.as_mut()) {
+        (Some(a), _) => (
             kernels.local(dtype, op),
             LOCAL_THREADS,
             [a as *mut LocalArgs as *mut std::ffi::c_void],
         ),
-        None => (
+        (None, Some(b)) => (
             kernels.get(dtype, op),
             BLOCK_THREADS,
-            [&mut batch as *mut Batch as *mut std::ffi::c_void],
+            [b as *mut Batch as *mut std::ffi::c_void],
         ),
+        (None, None) => return Err(not_one()),
     };
     // SAFETY: the events are live and on this context; each kernel takes
     // its one argument by value, which the driver copies at launch.
@@ -196,7 +208,7 @@ fn launch(
         }
         result::launch_kernel(
             f.cu_function(),
-            (batch.blocks() as u32, 1, 1),
+            (blocks as u32, 1, 1),
             (threads, 1, 1),
             0,
             on,

@@ -59,6 +59,9 @@ pub struct Rank {
 /// Everything a communicator owns.
 pub struct Inner {
     pub ranks: Vec<Rank>,
+    /// Each rank's connection address (`ranks[u].conn`), as the planner
+    /// takes them, kept rather than gathered on every call.
+    pub conns: Vec<u64>,
     pub kernels: Vec<Arc<Kernels>>,
     /// Word 0: abort; then one status record per rank and channel.
     pub host: MappedHost,
@@ -207,6 +210,7 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
     }
     Ok(Inner {
         state,
+        conns: ranks.iter().map(|r| r.conn.ptr).collect(),
         ranks,
         kernels: devices.iter().map(|d| kernels_of[d].clone()).collect(),
         host,

@@ -335,10 +335,8 @@ impl Batch {
     /// The batch of `works`, or `None` when there are more than
     /// [`BATCH_RANKS`] or they disagree on the channel count.
     pub fn new(works: &[Work]) -> Option<Batch> {
+        Batch::grid(works)?;
         let channels = works.first().map_or(0, |w| w.channels);
-        if works.len() > BATCH_RANKS || works.iter().any(|w| w.channels != channels) {
-            return None;
-        }
         let mut b = Batch {
             ranks: works.len() as u64,
             channels,
@@ -346,6 +344,17 @@ impl Batch {
         };
         b.works[..works.len()].copy_from_slice(works);
         Some(b)
+    }
+
+    /// Blocks of the grid of `works` (every rank's channels), or `None`
+    /// where [`Batch::new`] would refuse them: a local launch needs only
+    /// this, not the batch.
+    pub fn grid(works: &[Work]) -> Option<u64> {
+        let channels = works.first().map_or(0, |w| w.channels);
+        if works.len() > BATCH_RANKS || works.iter().any(|w| w.channels != channels) {
+            return None;
+        }
+        Some(works.len() as u64 * channels)
     }
 
     /// Blocks of the grid: every rank's channels.
@@ -618,6 +627,7 @@ mod tests {
         });
         let b = Batch::new(&works).unwrap();
         assert_eq!(b.blocks(), 15);
+        assert_eq!(Batch::grid(&works), Some(15));
         let mut seen = [[false; 3]; 5];
         for block in 0..b.blocks() {
             let (r, c) = b.locate(block).unwrap();
@@ -631,7 +641,9 @@ mod tests {
         let mut odd = works;
         odd[2].channels = 2;
         assert_eq!(Batch::new(&odd), None);
+        assert_eq!(Batch::grid(&odd), None);
         assert_eq!(Batch::new(&[Work::default(); BATCH_RANKS + 1]), None);
+        assert_eq!(Batch::grid(&[Work::default(); BATCH_RANKS + 1]), None);
         assert_eq!(Batch::new(&[]).map(|b| b.blocks()), Some(0));
     }
 }
