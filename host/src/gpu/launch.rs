@@ -171,33 +171,24 @@ fn launch(
     // A local call (every rank of the communicator in this one batch, see
     // the planner) runs its own entry with its small argument; only the
     // others build the 2.5 KB batch.
-    let (mut local, mut batch) = (None, None);
-    if picked[0].algorithm == Algorithm::Local as u64 {
+    let (mut local, mut batch);
+    let (f, threads, mut params) = if picked[0].algorithm == Algorithm::Local as u64 {
         let args = (picked.len() == works.len())
             .then(|| LocalArgs::new(&picked, blocks))
             .flatten();
-        local = Some(args.ok_or_else(|| {
+        local = args.ok_or_else(|| {
             Error::Broken(format!(
                 "internal: a local call of {} ranks launched {} of them",
                 works.len(),
                 picked.len()
             ))
-        })?);
+        })?;
+        let arg = &mut local as *mut LocalArgs as *mut std::ffi::c_void;
+        (kernels.local(dtype, op), LOCAL_THREADS, [arg])
     } else {
-        batch = Some(Batch::new(&picked).ok_or_else(not_one)?);
-    }
-    let (f, threads, mut params) = match (local.as_mut(), batch.as_mut()) {
-        (Some(a), _) => (
-            kernels.local(dtype, op),
-            LOCAL_THREADS,
-            [a as *mut LocalArgs as *mut std::ffi::c_void],
-        ),
-        (None, Some(b)) => (
-            kernels.get(dtype, op),
-            BLOCK_THREADS,
-            [b as *mut Batch as *mut std::ffi::c_void],
-        ),
-        (None, None) => return Err(not_one()),
+        batch = Batch::new(&picked).ok_or_else(not_one)?;
+        let arg = &mut batch as *mut Batch as *mut std::ffi::c_void;
+        (kernels.get(dtype, op), BLOCK_THREADS, [arg])
     };
     // SAFETY: the events are live and on this context; each kernel takes
     // its one argument by value, which the driver copies at launch.

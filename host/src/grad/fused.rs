@@ -176,7 +176,6 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
             let bucket = slot(self.comm, &mut self.buckets[b], u, qu, cap)?;
             let base = self.comm.addr(u, bucket);
             let holds = vec![C::hold(bucket)];
-            let kept = &mut self.descs;
             copy_items(
                 self.comm,
                 u,
@@ -186,7 +185,7 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
                 base,
                 into_bucket,
                 holds,
-                kept,
+                &mut self.descs,
             )?;
         }
         Ok(())

@@ -150,7 +150,6 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
         into: bool,
     ) -> Result<()> {
         for (u, q) in self.own.iter().enumerate() {
-            let kept = &mut self.descs;
             copy_items(
                 self.comm,
                 u,
@@ -160,7 +159,7 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
                 base[u],
                 into,
                 Vec::new(),
-                kept,
+                &mut self.descs,
             )?;
         }
         Ok(())
