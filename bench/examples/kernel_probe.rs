@@ -1,0 +1,193 @@
+//! The local kernel's own GPU time per launch, apart from any host time,
+//! for small calls of several shapes.
+//!
+//! A small local call costs about 3 us more than an empty launch of the
+//! same entry (`bench/NOTES.md`, twentieth session), and the host cannot
+//! tell where: a loop of launches is bound by the driver below that. Here
+//! each shape's launches are captured into one CUDA graph and replayed,
+//! so the time between events is the GPU's alone; how it grows with the
+//! ranks, the blocks and the path (scalar or packs) says which part of the
+//! kernel costs it. Under Nsight Compute (`REPS` small, one replay) the
+//! same launches give each shape's duration and its stalls:
+//!
+//! ```sh
+//! cargo build --release -p ringreduce-bench --example kernel_probe
+//! target/release/examples/kernel_probe 8            # 1000 launches, 5 replays
+//! ncu --cache-control none --clock-control none \
+//!     target/release/examples/kernel_probe 8 10 1   # 10 launches per shape
+//! ```
+
+use cudarc::driver::{result, sys, CudaFunction, CudaSlice, CudaStream, DevicePtr};
+use cudarc::nvrtc::Ptx;
+use ringreduce::gpu::capture;
+use ringreduce::gpu::module::module_for;
+use ringreduce::kernels::abi::{local_kernel_name, LocalArgs, BATCH_RANKS, LOCAL_THREADS};
+use ringreduce::{Collective, Collectives, CommConfig, Communicator, DataType, Op};
+use std::sync::Arc;
+
+/// Elements of each rank's send and receive buffers: room for the largest
+/// shape below.
+const ELEMS: usize = 1 << 16;
+
+/// One shape: its name, collective, ranks, blocks, elements per rank and
+/// whether the pack path may run.
+struct Shape {
+    name: &'static str,
+    collective: Collective,
+    ranks: usize,
+    blocks: u64,
+    n: u64,
+    aligned: bool,
+}
+
+fn shapes(k: usize) -> Vec<Shape> {
+    use Collective::{AllGather, AllReduce, ReduceScatter};
+    let s = |name, collective, ranks, blocks, n, aligned| Shape {
+        name,
+        collective,
+        ranks,
+        blocks,
+        n,
+        aligned,
+    };
+    let kb = k as u64;
+    vec![
+        s("empty (no ranks)", AllReduce, 0, kb, 2, false),
+        s("AR 2 f32, library's grid", AllReduce, k, kb, 2, false),
+        s("AR 2 f32, one block", AllReduce, k, 1, 2, false),
+        s("AR 2 f32, one rank", AllReduce, 1, 1, 2, false),
+        s("AR 2 f32, two ranks", AllReduce, 2.min(k), 1, 2, false),
+        s("AR 4 f32, one pack", AllReduce, k, kb, 4, true),
+        s("AR 256 f32 (1 KiB)", AllReduce, k, kb, 256, true),
+        s("AR 1024 f32 (4 KiB)", AllReduce, k, kb, 1024, true),
+        s("RS 2 f32 per rank", ReduceScatter, k, kb, 2, false),
+        s("AG 2 f32 per rank", AllGather, k, kb, 2, false),
+    ]
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let arg = |i: usize, default: usize| -> Result<usize, Box<dyn std::error::Error>> {
+        Ok(match std::env::args().nth(i) {
+            Some(s) => s.parse()?,
+            None => default,
+        })
+    };
+    let (k, reps, replays) = (arg(1, 8)?, arg(2, 1000)?, arg(3, 5)?);
+    assert!((1..=BATCH_RANKS).contains(&k), "1 <= k <= {BATCH_RANKS}");
+    let comm = Communicator::with_config(0, k, CommConfig::default())?;
+    let data = vec![1.0f32; ELEMS];
+    let upload = || {
+        (0..k)
+            .map(|u| comm.upload(u, &data))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let (send, recv) = (upload()?, upload()?);
+    let stream = comm.streams()[0].clone();
+    let module = module_for(comm.context(0))?;
+    let f = module.load_function(local_kernel_name(DataType::F32, Op::Sum))?;
+    let ptrs = |bufs: &[CudaSlice<f32>], s: &Arc<CudaStream>| -> Vec<u64> {
+        bufs.iter().map(|b| b.device_ptr(s).0).collect()
+    };
+    let (sp, rp) = (ptrs(&send, &stream), ptrs(&recv, &stream));
+    println!("k = {k}: {reps} launches per graph, best of {replays} replays, us per launch");
+    for sh in shapes(k) {
+        let all_reduce = sh.collective == Collective::AllReduce;
+        let mut a = LocalArgs {
+            collective: sh.collective as u64,
+            ranks: sh.ranks as u64,
+            blocks: sh.blocks,
+            total: if all_reduce {
+                sh.n
+            } else {
+                sh.n * sh.ranks.max(1) as u64
+            },
+            segment: sh.n,
+            aligned: sh.aligned as u64,
+            send: [0; BATCH_RANKS],
+            recv: [0; BATCH_RANKS],
+        };
+        a.send[..k].copy_from_slice(&sp);
+        a.recv[..k].copy_from_slice(&rp);
+        let best = replay_time(&stream, &f, sh.blocks, a, reps, replays)?;
+        println!("  {:<28} {best:7.3}", sh.name);
+    }
+    // The same argument (the all-reduce of 2 f32 on every rank) through
+    // hand-written entries, each doing one part of what the local kernel
+    // does, on the library's grid.
+    let probes = comm
+        .context(0)
+        .load_module(Ptx::from_src(include_str!("kernel_probe.ptx")))?;
+    let mut a = LocalArgs {
+        collective: Collective::AllReduce as u64,
+        ranks: k as u64,
+        blocks: k as u64,
+        total: 2,
+        segment: 2,
+        aligned: 0,
+        send: [0; BATCH_RANKS],
+        recv: [0; BATCH_RANKS],
+    };
+    a.send[..k].copy_from_slice(&sp);
+    a.recv[..k].copy_from_slice(&rp);
+    println!("hand-written entries, {k} blocks:");
+    for (name, what) in PROBES {
+        let f = probes.load_function(name)?;
+        let best = replay_time(&stream, &f, k as u64, a, reps, replays)?;
+        println!("  {name:<10} {best:7.3}  {what}");
+    }
+    Ok(())
+}
+
+/// The entries of `kernel_probe.ptx` and what each does.
+const PROBES: [(&str, &str); 7] = [
+    ("p_empty", "returns at once"),
+    ("p_st", "lane 0 stores a constant"),
+    ("p_ld", "lane 0 loads, stores nothing"),
+    ("p_ldst", "lane 0 loads and stores"),
+    ("p_local", "every lane copies addresses to local memory"),
+    ("p_table", "lane 0 reads a module global, stores it"),
+    ("p_wide", "every lane loads and stores one f32"),
+];
+
+/// `reps` launches of `f` on `blocks` blocks with argument `a`, captured
+/// into one graph: the best of `replays` replays, in microseconds per
+/// launch between events.
+fn replay_time(
+    stream: &Arc<CudaStream>,
+    f: &CudaFunction,
+    blocks: u64,
+    a: LocalArgs,
+    reps: usize,
+    replays: usize,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let graph = capture(stream, || {
+        for _ in 0..reps {
+            let mut a = a;
+            let mut params = [&mut a as *mut LocalArgs as *mut std::ffi::c_void];
+            // SAFETY: the argument names live buffers of `ELEMS` elements
+            // per rank on this device, more than any shape reads or
+            // writes.
+            unsafe {
+                result::launch_kernel(
+                    f.cu_function(),
+                    (blocks as u32, 1, 1),
+                    (LOCAL_THREADS, 1, 1),
+                    0,
+                    stream.cu_stream(),
+                    &mut params,
+                )
+            }?;
+        }
+        Ok(())
+    })?;
+    let mut best = f64::INFINITY;
+    for _ in 0..replays {
+        let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let t0 = stream.record_event(flags)?;
+        graph.launch()?;
+        let t1 = stream.record_event(flags)?;
+        t1.synchronize()?;
+        best = best.min(t0.elapsed_ms(&t1)? as f64 * 1e3 / reps as f64);
+    }
+    Ok(best)
+}
