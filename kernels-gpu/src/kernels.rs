@@ -43,6 +43,7 @@ macro_rules! entry {
                 >(
                     &super::super::Block { channel: 0 },
                     &a,
+                    &$crate::param_ends!($crate::local_entry_name!($tn, $on)),
                     $crate::arch::nvptx::block_idx(),
                 );
             }

@@ -33,24 +33,31 @@ use crate::plan::PACK_BYTES;
 use crate::transfer::fold;
 use core::mem::size_of;
 
-/// Every rank's input and output addresses, in user-rank order, copied
-/// with constant indices from the by-value argument, so that the folds'
-/// dynamic indices go to this copy.
-struct Ends {
-    send: [u64; BATCH_RANKS],
-    recv: [u64; BATCH_RANKS],
+/// Every rank's input and output addresses, by a rank index known only at
+/// run time.
+///
+/// On the GPU they are read in place from the entry's by-value argument
+/// (`arch::nvptx::ParamEnds`), one register-indexed constant load each.
+/// Indexing the argument from Rust makes LLVM copy all of it to local
+/// memory first: those stores cost about a quarter of a small call's
+/// kernel time (`bench/NOTES.md`, twenty-first session).
+pub trait Ends {
+    /// Rank `u`'s input.
+    fn send(&self, u: u64) -> u64;
+    /// Rank `u`'s output.
+    fn recv(&self, u: u64) -> u64;
 }
 
-impl Ends {
+/// The argument itself, where indexing costs nothing (the CPU execution).
+impl Ends for LocalArgs {
     #[inline(always)]
-    fn of(a: &LocalArgs) -> Ends {
-        macro_rules! each {
-            ($f:ident: $($u:literal)*) => {[$(a.$f[$u]),*]};
-        }
-        Ends {
-            send: each!(send: 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15),
-            recv: each!(recv: 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15),
-        }
+    fn send(&self, u: u64) -> u64 {
+        self.send[u as usize]
+    }
+
+    #[inline(always)]
+    fn recv(&self, u: u64) -> u64 {
+        self.recv[u as usize]
     }
 }
 
@@ -59,11 +66,13 @@ impl Ends {
 ///
 /// # Safety
 /// `a` must come from the host planner with every rank of the collective,
-/// in user-rank order, and the launch must be ordered as the module says.
+/// in user-rank order, `ends` must read `a`'s addresses, and the launch
+/// must be ordered as the module says.
 #[inline(always)]
 pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     d: &D,
     a: &LocalArgs,
+    ends: &impl Ends,
     block: u64,
 ) {
     let tid = d.thread_idx();
@@ -92,7 +101,6 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     let first = lo / seg;
     let pieces = (hi - 1) / seg - first + 1;
     let grp = Groups::of(tid, THREADS, if seg < run { pieces } else { 1 });
-    let ends = Ends::of(a);
     let (aligned, kk) = (a.aligned != 0, k as u32);
     let at = |base: u64, i: u64| (base + i * sz) as *mut T;
     let mut p = grp.first;
@@ -104,20 +112,20 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
             // Segment `s` is rank `s`'s output, folded from block `s` of
             // every input.
             Collective::ReduceScatter => {
-                let dst = |_| at(ends.recv[s as usize], e);
-                let src = |u: u64| at(ends.send[u as usize], i) as *const T;
+                let dst = |_| at(ends.recv(s), e);
+                let src = |u: u64| at(ends.send(u), i) as *const T;
                 fold::<D, T, O, true>(d, grp.lanes, dst, 1, src, k, len, aligned, kk);
             }
             // Segment `s` is rank `s`'s input, copied to block `s` of every
             // output.
             Collective::AllGather => {
-                let dst = |u: u64| at(ends.recv[u as usize], i);
-                let src = |_| at(ends.send[s as usize], e) as *const T;
+                let dst = |u: u64| at(ends.recv(u), i);
+                let src = |_| at(ends.send(s), e) as *const T;
                 fold::<D, T, O, false>(d, grp.lanes, dst, k, src, 1, len, aligned, 1);
             }
             Collective::AllReduce => {
-                let dst = |u: u64| at(ends.recv[u as usize], e);
-                let src = |u: u64| at(ends.send[u as usize], e) as *const T;
+                let dst = |u: u64| at(ends.recv(u), e);
+                let src = |u: u64| at(ends.send(u), e) as *const T;
                 fold::<D, T, O, true>(d, grp.lanes, dst, k, src, k, len, aligned, kk);
             }
         }

@@ -354,9 +354,12 @@ pub unsafe fn fold<D: Device, T: Element, O: ReduceOp, const FINISH: bool>(
         }
         p += lanes;
     }
-    // The scalar head and tail, in one loop so that the body is one copy.
+    // The scalar head and tail, in one loop so that the body is one copy;
+    // their bounds are chosen per pass, since an array of them would live
+    // in local memory.
     let tail = head + packs * lanes_per_pack;
-    for (from, to) in [(0, head), (tail, n)] {
+    for part in 0..2 {
+        let (from, to) = if part == 0 { (0, head) } else { (tail, n) };
         let mut e = from + lane;
         while e < to {
             let acc = fold_batched(sources, |u| src(u).add(e as usize).read(), O::apply);

@@ -59,7 +59,7 @@ macro_rules! type_table {
 
             #[inline(never)]
             pub(super) unsafe fn local(op: Op, lane: &Lane<'_>, b: &LocalArgs, block: u64) {
-                with_op!(op, O => local::run::<Lane<'_>, $t, O, CPU_THREADS>(lane, b, block))
+                with_op!(op, O => local::run::<Lane<'_>, $t, O, CPU_THREADS>(lane, b, b, block))
             }
         })*
 

@@ -42,7 +42,7 @@ pub enum Collective {
     AllReduce = 2,
 }
 
-// `from_u64` indexes `ALL`: each value must sit at its discriminant.
+// `ALL[v]` has value `v`, which `from_u64` and its tests rely on.
 const _: () = {
     let mut i = 0;
     while i < Collective::ALL.len() {
@@ -69,8 +69,16 @@ impl Collective {
         Collective::AllReduce,
     ];
 
+    /// A match rather than `ALL.get(v)`: on the GPU a table is a global
+    /// load at the head of every kernel, about a tenth of a small call's
+    /// kernel time (`bench/NOTES.md`, twenty-first session).
     pub fn from_u64(v: u64) -> Option<Self> {
-        Self::ALL.get(v as usize).copied()
+        match v {
+            0 => Some(Collective::ReduceScatter),
+            1 => Some(Collective::AllGather),
+            2 => Some(Collective::AllReduce),
+            _ => None,
+        }
     }
 
     /// The (send, recv) lengths of one rank for a count of `n` on `k`
@@ -137,8 +145,15 @@ impl Algorithm {
         Algorithm::Local,
     ];
 
+    /// A match, as [`Collective::from_u64`] is.
     pub fn from_u64(v: u64) -> Option<Self> {
-        Self::ALL.get(v as usize).copied()
+        match v {
+            0 => Some(Algorithm::Ring),
+            1 => Some(Algorithm::OneShot),
+            2 => Some(Algorithm::TwoShot),
+            3 => Some(Algorithm::Local),
+            _ => None,
+        }
     }
 
     /// The name the bench, the environment variable and the errors use.
@@ -614,6 +629,16 @@ mod tests {
             assert_eq!(Collective::from_u64(c as u64), Some(c));
         }
         assert_eq!(Collective::from_u64(3), None);
+        assert_eq!(Collective::from_u64(u64::MAX), None);
+    }
+
+    #[test]
+    fn algorithms_round_trip() {
+        for a in Algorithm::ALL {
+            assert_eq!(Algorithm::from_u64(a as u64), Some(a));
+        }
+        assert_eq!(Algorithm::from_u64(Algorithm::ALL.len() as u64), None);
+        assert_eq!(Algorithm::from_u64(1 << 32), None);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The one module with inline PTX: thread index, barriers with a predicate
 //! reduction, the shared release count, volatile and acquire flag accesses,
-//! fences, L2 prefetch, the global timer and half-precision conversions.
+//! fences, L2 prefetch, the global timer, half-precision conversions and
+//! reads of a local entry's argument in param space.
 
 use crate::abi::SELECT_BINS;
 use crate::device::{Device, Handoff, Scope};
@@ -238,6 +239,63 @@ pub fn grid_dim() -> u64 {
     let t: u32;
     unsafe { asm!("mov.u32 {t}, %nctaid.x;", t = out(reg32) t, options(nomem, nostack, pure)) };
     t as u64
+}
+
+/// A local entry's rank addresses, read from its by-value
+/// [`LocalArgs`](crate::abi::LocalArgs) in param space at `base` (see
+/// [`param_ends!`](crate::param_ends)): ptxas serves a read by a run-time
+/// index with one constant-bank load, where Rust's indexing would copy the
+/// whole argument to local memory.
+#[derive(Clone, Copy)]
+pub struct ParamEnds {
+    pub base: u64,
+}
+
+impl ParamEnds {
+    #[inline(always)]
+    fn at(self, offset: usize, u: u64) -> u64 {
+        let p = self.base + offset as u64 + 8 * u;
+        let v: u64;
+        // SAFETY: `base` is the entry's argument (`param_ends!`) and the
+        // callers pass `u < BATCH_RANKS`; param space never changes while
+        // the kernel runs, so the read is pure.
+        unsafe {
+            asm!("ld.param.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p, options(pure, nomem, nostack))
+        };
+        v
+    }
+}
+
+impl crate::local::Ends for ParamEnds {
+    #[inline(always)]
+    fn send(&self, u: u64) -> u64 {
+        self.at(core::mem::offset_of!(crate::abi::LocalArgs, send), u)
+    }
+
+    #[inline(always)]
+    fn recv(&self, u: u64) -> u64 {
+        self.at(core::mem::offset_of!(crate::abi::LocalArgs, recv), u)
+    }
+}
+
+/// The [`ParamEnds`] of the entry named `$entry` (a string literal), whose
+/// only parameter is its by-value `LocalArgs`: LLVM's NVPTX printer names
+/// an entry's parameters `<entry>_param_<i>`, and `mov` of a parameter's
+/// name gives its address in param space.
+#[macro_export]
+macro_rules! param_ends {
+    ($entry:expr) => {{
+        let base: u64;
+        // SAFETY: only names the entry's own parameter.
+        unsafe {
+            core::arch::asm!(
+                concat!("mov.u64 {b}, ", $entry, "_param_0;"),
+                b = out(reg64) base,
+                options(pure, nomem, nostack)
+            )
+        };
+        $crate::arch::nvptx::ParamEnds { base }
+    }};
 }
 
 /// `ld.v4.u32`: one 16-byte load.
