@@ -21,6 +21,16 @@ impl Groups {
     /// Lane `tid` of `threads`, over `count` pieces.
     #[inline(always)]
     pub fn of(tid: u64, threads: u64, count: u64) -> Groups {
+        if count <= 1 {
+            // Every lane in one group, without the divisions below: the
+            // common case, and a small call's latency is made of such
+            // chains.
+            return Groups {
+                first: if count == 1 { 0 } else { count },
+                groups: 1,
+                lanes: (tid, threads),
+            };
+        }
         let groups = count.clamp(1, threads);
         let size = threads / groups;
         let group = tid / size;

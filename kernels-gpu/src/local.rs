@@ -77,7 +77,13 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
 ) {
     let tid = d.thread_idx();
     let (k, blocks, total, seg) = (a.ranks, a.blocks, a.total, a.segment);
-    if tid >= THREADS || k == 0 || k > BATCH_RANKS as u64 || block >= blocks || seg == 0 {
+    if tid >= THREADS
+        || k == 0
+        || k > BATCH_RANKS as u64
+        || block >= blocks
+        || seg == 0
+        || total == 0
+    {
         return;
     }
     let Some(c) = Collective::from_u64(a.collective) else {
@@ -87,19 +93,29 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     // Runs of whole rows of packs, so that each keeps the buffers'
     // alignment.
     let row = (THREADS * PACK_BYTES / sz).max(1);
-    let run = total.div_ceil(row).div_ceil(blocks) * row;
-    let lo = block.saturating_mul(run).min(total);
-    let hi = lo.saturating_add(run).min(total);
-    if lo >= hi {
-        return;
-    }
     // The segments this block's run touches. Shorter than a run, each is a
     // piece of its own group of lanes, so that short segments move at
     // once; longer, a run touches at most two, one of them perhaps a few
     // rows, and all lanes take each in turn, since a group of half the
     // lanes would take twice as long over the larger one.
-    let first = lo / seg;
-    let pieces = (hi - 1) / seg - first + 1;
+    let (run, lo, hi, first, pieces) = if total <= row {
+        // One row is block 0's run whatever the grid: said directly, since
+        // the general arithmetic (four 64-bit divisions in a chain) took
+        // longer than moving a small call's data.
+        if block != 0 {
+            return;
+        }
+        (row, 0, total, 0, (total - 1) / seg + 1)
+    } else {
+        let run = total.div_ceil(row).div_ceil(blocks) * row;
+        let lo = block.saturating_mul(run).min(total);
+        let hi = lo.saturating_add(run).min(total);
+        if lo >= hi {
+            return;
+        }
+        let first = lo / seg;
+        (run, lo, hi, first, (hi - 1) / seg - first + 1)
+    };
     let grp = Groups::of(tid, THREADS, if seg < run { pieces } else { 1 });
     let (aligned, kk) = (a.aligned != 0, k as u32);
     let at = |base: u64, i: u64| (base + i * sz) as *mut T;
