@@ -8,9 +8,10 @@ use crate::hooks::TestHooks;
 use crate::planner::{call_channels, CallOpts, Static};
 use crate::ring::RingOrder;
 use crate::status::{first_error, rank_errors};
+use ringreduce_kernels::abi::Work;
 use ringreduce_kernels::abi::BATCH_RANKS;
 use ringreduce_kernels::{Algorithm, Collective, Geometry, StatusRecord};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 pub(crate) struct CommState {
@@ -36,6 +37,12 @@ pub(crate) struct CommState {
     /// collective enqueued after the abort never runs, whatever the kernels
     /// of earlier ones saw.
     aborted: AtomicBool,
+    /// The most channels per rank of any launch that can write a status
+    /// record (ring or direct: a local call waits for nothing). Records of
+    /// later channels are still zero, so a call's check reads only these:
+    /// all `k x max_channels` outcome words, one cache line each, were a
+    /// tenth of a small local call's host time.
+    status_channels: AtomicUsize,
     hooks: Mutex<TestHooks>,
 }
 
@@ -65,6 +72,7 @@ impl CommState {
             staging_bytes,
             broken: Mutex::new(None),
             aborted: AtomicBool::new(false),
+            status_channels: AtomicUsize::new(0),
             hooks: Mutex::new(TestHooks::default()),
         })
     }
@@ -83,6 +91,27 @@ impl CommState {
         if b.is_none() {
             *b = Some(e.clone());
         }
+    }
+
+    /// Notes `works` as launched, before the launch: see
+    /// [`CommState::status_channels`].
+    pub fn note_launch(&self, works: &[Work]) {
+        let waits = works
+            .iter()
+            .filter(|w| w.algorithm != Algorithm::Local as u64)
+            .map(|w| w.channels as usize)
+            .max();
+        if let Some(c) = waits {
+            self.status_channels.fetch_max(c, Ordering::AcqRel);
+        }
+    }
+
+    /// Channels per rank whose status records any launch so far may have
+    /// written (at most [`CommState::max_channels`]).
+    pub fn status_channels(&self) -> usize {
+        self.status_channels
+            .load(Ordering::Acquire)
+            .min(self.max_channels)
     }
 
     /// Records an abort (the caller also raises the kernels' abort word).
@@ -182,5 +211,35 @@ impl CommState {
             direct_channels: direct_channels(self.max_channels as u64),
             local_blocks: self.local_blocks(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn work(algorithm: Algorithm, channels: u64) -> Work {
+        Work {
+            algorithm: algorithm as u64,
+            channels,
+            ..Work::default()
+        }
+    }
+
+    /// Only launches that can wait raise the channels whose records a
+    /// call checks, never past the communicator's own.
+    #[test]
+    fn status_channels_follow_launches_with_waits() {
+        let ring = RingOrder::identity(4);
+        let s = CommState::new(ring, CommConfig::default(), 8, 1 << 20, 0, 32).unwrap();
+        assert_eq!(s.status_channels(), 0);
+        s.note_launch(&[work(Algorithm::Local, 33); 4]);
+        assert_eq!(s.status_channels(), 0, "a local call writes no record");
+        s.note_launch(&[work(Algorithm::OneShot, 2); 4]);
+        assert_eq!(s.status_channels(), 2);
+        s.note_launch(&[work(Algorithm::Ring, 1); 4]);
+        assert_eq!(s.status_channels(), 2, "the most so far");
+        s.note_launch(&[work(Algorithm::Ring, 40); 4]);
+        assert_eq!(s.status_channels(), 8, "at most the communicator's channels");
     }
 }

@@ -204,14 +204,20 @@ impl Communicator {
     }
 
     /// Every collective starts here, so it first reads only each record's
-    /// outcome word (written last, zero while a record says nothing):
-    /// decoding all `k x channels` records costs microseconds per call.
+    /// outcome word (written last, zero while a record says nothing), and
+    /// only of the channels a launch with waits has run: decoding all
+    /// `k x channels` records costs microseconds per call.
     fn check_broken(&self) -> Result<()> {
-        let records = self.k() * self.inner.state.max_channels;
-        let quiet = (0..records).all(|r| {
-            let outcome = self.inner.host.word(1 + r * StatusRecord::WORDS);
-            outcome.load(Ordering::Acquire) == 0
-        });
+        let (per_rank, used) = (
+            self.inner.state.max_channels,
+            self.inner.state.status_channels(),
+        );
+        let quiet = (0..self.k())
+            .flat_map(|u| (0..used).map(move |c| u * per_rank + c))
+            .all(|r| {
+                let outcome = self.inner.host.word(1 + r * StatusRecord::WORDS);
+                outcome.load(Ordering::Acquire) == 0
+            });
         let recs = if quiet {
             Vec::new()
         } else {

@@ -105,6 +105,7 @@ pub fn enqueue(
             Ok(())
         }
         Plan::Launch { works, .. } => {
+            inner.state.note_launch(&works);
             let withhold = inner.state.hooks().withhold_rank;
             for g in &inner.groups {
                 // The test hook aside, every rank of the group.
