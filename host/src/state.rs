@@ -240,6 +240,10 @@ mod tests {
         s.note_launch(&[work(Algorithm::Ring, 1); 4]);
         assert_eq!(s.status_channels(), 2, "the most so far");
         s.note_launch(&[work(Algorithm::Ring, 40); 4]);
-        assert_eq!(s.status_channels(), 8, "at most the communicator's channels");
+        assert_eq!(
+            s.status_channels(),
+            8,
+            "at most the communicator's channels"
+        );
     }
 }
