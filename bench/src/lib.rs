@@ -11,6 +11,7 @@ pub mod grad;
 pub mod metrics;
 pub mod nccl;
 pub mod plot;
+pub mod probe;
 pub mod report;
 pub mod run;
 pub mod sizes;

@@ -114,7 +114,12 @@ fn bundle(root: &Path, dir: &Path, profile: Profile) {
     let tests = build_tests(root, profile);
     std::fs::create_dir_all(dir.join("tests"))
         .unwrap_or_else(|e| fail(format!("{}: {e}", dir.display())));
-    for b in ["ringreduce-bench", "gpu-suite", "ringreduce-compare"] {
+    for b in [
+        "ringreduce-bench",
+        "gpu-suite",
+        "ringreduce-compare",
+        "ringreduce-probe",
+    ] {
         copy(&bins.join(b), &dir.join(b));
     }
     for (name, exe) in tests {

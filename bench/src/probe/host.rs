@@ -13,8 +13,7 @@
 //!
 //! ```sh
 //! gcc -O2 -shared -fPIC -o /tmp/stub/libcuda.so bench/stub-driver/libcuda_stub.c
-//! cargo build --release -p ringreduce-bench --example host_probe
-//! LD_LIBRARY_PATH=/tmp/stub target/release/examples/host_probe 8
+//! LD_LIBRARY_PATH=/tmp/stub ringreduce-probe host -g 8
 //! ```
 //!
 //! `perf record -g` on the same command shows where the time goes.
@@ -29,11 +28,11 @@ use std::time::Instant;
 const ITERS: usize = 100_000;
 const ROUNDS: usize = 3;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let k: usize = match std::env::args().nth(1) {
-        Some(s) => s.parse()?,
-        None => 8,
-    };
+/// Prints the three loops' times per call at `k` ranks.
+pub fn run(k: usize) -> Result<(), Box<dyn std::error::Error>> {
+    if !(1..=BATCH_RANKS).contains(&k) {
+        return Err(format!("need 1 <= k <= {BATCH_RANKS}").into());
+    }
     let comm = Communicator::with_config(0, k, CommConfig::default())?;
     for u in 0..k {
         // SAFETY: nothing here runs on another stream; the bench does the same.

@@ -11,10 +11,9 @@
 //! same launches give each shape's duration and its stalls:
 //!
 //! ```sh
-//! cargo build --release -p ringreduce-bench --example kernel_probe
-//! target/release/examples/kernel_probe 8            # 1000 launches, 5 replays
+//! ringreduce-probe kernel -g 8                      # 1000 launches, 5 replays
 //! ncu --cache-control none --clock-control none \
-//!     target/release/examples/kernel_probe 8 10 1   # 10 launches per shape
+//!     ringreduce-probe kernel -g 8 --reps 10 --replays 1
 //! ```
 
 use cudarc::driver::{result, sys, CudaFunction, CudaSlice, CudaStream, DevicePtr};
@@ -65,15 +64,12 @@ fn shapes(k: usize) -> Vec<Shape> {
     ]
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let arg = |i: usize, default: usize| -> Result<usize, Box<dyn std::error::Error>> {
-        Ok(match std::env::args().nth(i) {
-            Some(s) => s.parse()?,
-            None => default,
-        })
-    };
-    let (k, reps, replays) = (arg(1, 8)?, arg(2, 1000)?, arg(3, 5)?);
-    assert!((1..=BATCH_RANKS).contains(&k), "1 <= k <= {BATCH_RANKS}");
+/// Prints each shape's time per launch at `k` ranks: `reps` launches per
+/// graph, the best of `replays` replays.
+pub fn run(k: usize, reps: usize, replays: usize) -> Result<(), Box<dyn std::error::Error>> {
+    if !(1..=BATCH_RANKS).contains(&k) || reps == 0 || replays == 0 {
+        return Err(format!("need 1 <= k <= {BATCH_RANKS} and reps, replays >= 1").into());
+    }
     let comm = Communicator::with_config(0, k, CommConfig::default())?;
     let data = vec![1.0f32; ELEMS];
     let upload = || {

@@ -6,6 +6,7 @@
 pub mod exec;
 pub mod figures;
 pub mod parts;
+pub mod probes;
 pub mod profile;
 pub mod summary;
 

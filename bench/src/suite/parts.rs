@@ -22,7 +22,7 @@ impl Ctx {
     fn test_bin(&self, name: &str) -> PathBuf {
         self.bin_dir.join("tests").join(name)
     }
-    fn log(&self, name: &str) -> PathBuf {
+    pub(super) fn log(&self, name: &str) -> PathBuf {
         self.out.join(format!("{name}.log"))
     }
 }
@@ -70,6 +70,8 @@ enum Job {
         skip: usize,
         sizes: &'static [&'static str],
     },
+    /// The small-call probes (`ringreduce-probe`) at `k` ranks.
+    Probes(usize),
     /// A bench sweep: common flags, then the GPU or the CPU sizes.
     Sweep {
         common: &'static str,
@@ -154,6 +156,20 @@ pub fn all() -> Vec<Part> {
             "-g 8 -d float -o sum --collective reduce-scatter -n 20 -w 2",
             &["1K", "4K", "32K"],
         ),
+        Part {
+            name: "probes-k8",
+            about: "the small-call probes, k = 8: the local kernel's own time per launch by shape from CUDA graph replays, beside hand-written entries; the library's host time per local all-reduce against the same kernel launched raw and an empty launch; skipped on the CPU execution",
+            est_s: (20, 1),
+            cap_s: 120,
+            job: Job::Probes(8),
+        },
+        Part {
+            name: "probes-k4",
+            about: "the same at k = 4",
+            est_s: (20, 1),
+            cap_s: 120,
+            job: Job::Probes(4),
+        },
         sweep(
             "bench-k4-256M-C1",
             "the one-channel floor: all three collectives on the ring, k = 4, f32 sum, 256 MiB, 2 MiB staging, C = 1",
@@ -402,6 +418,7 @@ impl Part {
                 };
                 super::profile::kernel_times(ctx, limit, self.name, common, &kernels, sizes)
             }
+            Job::Probes(k) => super::probes::probes(ctx, limit, self.name, *k),
             Job::Sweep { common, gpu, cpu } => {
                 self.sweep(ctx, limit, common, if ctx.cpu { cpu } else { gpu })
             }
