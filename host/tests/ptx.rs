@@ -81,3 +81,33 @@ fn every_entry_has_launch_bounds() {
     let bound = format!(".maxntid {TASK_THREADS}, 1, 1\n.minnctapersm {TASK_MIN_BLOCKS_PER_SM}\n");
     assert!(task.contains(&bound), "the task entry's bounds");
 }
+
+/// Every local entry reads its ranks' addresses in place from its own
+/// argument (`arch::nvptx::param_ends!` names it `<entry>_param_0`, as
+/// LLVM does) and keeps nothing in local memory: a copy of the argument on
+/// the stack cost a quarter of a small call's kernel time
+/// (`bench/NOTES.md`, twenty-first session).
+#[test]
+fn local_entries_read_their_argument_in_param_space() {
+    let mut seen = 0;
+    for body in PTX
+        .split(".entry ")
+        .filter(|e| e.starts_with(LOCAL_ENTRY_PREFIX))
+    {
+        let name = &body[..body.find('(').expect("an entry's parameter list")];
+        let param = format!("{name}_param_0");
+        let body = &body[..body.find("\n}").expect("an entry's end")];
+        assert!(
+            body.contains(&format!(".param .align 8 .b8 {param}[304]")),
+            "{name}: its argument is not the 304-byte LocalArgs"
+        );
+        assert!(
+            body.contains("mov.u64 %rd") && body.contains(&format!(", {param};")),
+            "{name}: no param-space address of its argument"
+        );
+        assert!(body.contains("ld.param.u64"), "{name}: no param-space read");
+        assert!(!body.contains("__local_depot"), "{name}: uses local memory");
+        seen += 1;
+    }
+    assert_eq!(seen, 50);
+}
