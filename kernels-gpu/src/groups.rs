@@ -26,7 +26,8 @@ impl Groups {
             // common case, and a small call's latency is made of such
             // chains.
             return Groups {
-                first: if count == 1 { 0 } else { count },
+                // With no piece, 0 is also `count`.
+                first: 0,
                 groups: 1,
                 lanes: (tid, threads),
             };

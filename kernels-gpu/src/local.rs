@@ -89,6 +89,13 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     let Some(c) = Collective::from_u64(a.collective) else {
         return;
     };
+    // Segment `s` indexes rank `s`'s buffers, read unchecked on the GPU
+    // (`Ends`): a space of more than `k` segments (one for an all-reduce)
+    // is not a planner's, and runs nothing.
+    let segments = if c == Collective::AllReduce { 1 } else { k };
+    if total > segments.saturating_mul(seg) {
+        return;
+    }
     let sz = size_of::<T>() as u64;
     // Runs of whole rows of packs, so that each keeps the buffers'
     // alignment.

@@ -94,3 +94,74 @@ macro_rules! type_table {
 }
 
 ringreduce_kernels::for_each_type!(type_table);
+
+#[cfg(test)]
+mod tests {
+    use super::super::lane::{BlockSync, Lane, Trap};
+    use super::*;
+    use ringreduce_kernels::abi::BATCH_RANKS;
+    use ringreduce_kernels::Collective;
+    use std::time::Instant;
+
+    /// Runs every block of a local grid over `args`, lane by lane (the
+    /// local kernel never waits, so one thread can run them in turn).
+    fn run_grid(args: &LocalArgs) {
+        let (sync, trap) = (BlockSync::new(CPU_THREADS as usize), Trap::default());
+        for block in 0..args.blocks {
+            for tid in 0..CPU_THREADS {
+                let lane = Lane {
+                    tid,
+                    block,
+                    sync: &sync,
+                    epoch: Instant::now(),
+                    trap: &trap,
+                };
+                // SAFETY: `args` names the test's live f32 buffers, long
+                // enough for what it asks.
+                unsafe { run_local(DataType::F32, Op::Sum, &lane, args, block) };
+            }
+        }
+    }
+
+    /// Three ranks' 4-element reduce-scatter on a grid of 5 blocks (one
+    /// row: block 0 runs it alone), then the same argument claiming more
+    /// segments than ranks, which must write nothing: segment `s` indexes
+    /// rank `s`'s buffers unchecked on the GPU.
+    #[test]
+    fn a_small_call_runs_once_and_a_space_past_its_ranks_runs_nothing() {
+        let (k, n) = (3usize, 4usize);
+        let send: Vec<Vec<f32>> = (0..k)
+            .map(|u| (0..k * n).map(|i| (100 * u + i) as f32).collect())
+            .collect();
+        let mut recv = vec![vec![-1.0f32; n]; k];
+        let mut args = LocalArgs {
+            collective: Collective::ReduceScatter as u64,
+            ranks: k as u64,
+            blocks: 5,
+            total: (k * n) as u64,
+            segment: n as u64,
+            aligned: 0,
+            send: [0; BATCH_RANKS],
+            recv: [0; BATCH_RANKS],
+        };
+        for u in 0..k {
+            args.send[u] = send[u].as_ptr() as u64;
+            args.recv[u] = recv[u].as_mut_ptr() as u64;
+        }
+        run_grid(&args);
+        for (s, out) in recv.iter().enumerate() {
+            for (e, &v) in out.iter().enumerate() {
+                let want = (0..k).fold(0.0f32, |a, u| a + send[u][s * n + e]);
+                assert_eq!(v.to_bits(), want.to_bits(), "rank {s} element {e}");
+            }
+        }
+        for out in recv.iter_mut() {
+            out.fill(-1.0);
+        }
+        run_grid(&LocalArgs {
+            total: (k * n + 1) as u64,
+            ..args
+        });
+        assert!(recv.iter().flatten().all(|&v| v == -1.0), "{recv:?}");
+    }
+}
