@@ -11,7 +11,7 @@ use std::time::Duration;
 /// Runs both probes at `k` ranks within `limit`; `part` names the logs.
 pub fn probes(ctx: &Ctx, limit: Duration, part: &str, k: usize) -> (Status, String, Vec<String>) {
     if ctx.cpu {
-        let why = "skipped: the probes time GPU launches; the CPU execution has none";
+        let why = "the probes time GPU launches; the CPU execution has none";
         return (Status::Skipped, why.into(), vec![]);
     }
     let (mut left, mut logs, mut texts) = (limit, Vec::new(), Vec::new());
