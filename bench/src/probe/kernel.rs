@@ -5,7 +5,8 @@
 //! same entry (`bench/NOTES.md`, twentieth session), and the host cannot
 //! tell where: a loop of launches is bound by the driver below that. Here
 //! each shape's launches are captured into one CUDA graph and replayed,
-//! so the time between events is the GPU's alone; how it grows with the
+//! so the time between events is the GPU's alone (each shape's outputs are
+//! then checked against its inputs); how it grows with the
 //! ranks, the blocks and the path (scalar or packs) says which part of the
 //! kernel costs it. Under Nsight Compute (`REPS` small, one replay) the
 //! same launches give each shape's duration and its stalls:
@@ -77,7 +78,8 @@ pub fn run(k: usize, reps: usize, replays: usize) -> Result<(), Box<dyn std::err
             .map(|u| comm.upload(u, &data))
             .collect::<Result<Vec<_>, _>>()
     };
-    let (send, recv) = (upload()?, upload()?);
+    let (send, mut recv) = (upload()?, upload()?);
+    let poison = vec![POISON; ELEMS];
     let stream = comm.streams()[0].clone();
     let module = module_for(comm.context(0))?;
     let f = module.load_function(local_kernel_name(DataType::F32, Op::Sum))?;
@@ -104,9 +106,14 @@ pub fn run(k: usize, reps: usize, replays: usize) -> Result<(), Box<dyn std::err
         };
         a.send[..k].copy_from_slice(&sp);
         a.recv[..k].copy_from_slice(&rp);
+        for (u, r) in recv.iter_mut().enumerate() {
+            comm.write(u, r, 0, &poison)?;
+        }
         let best = replay_time(&stream, &f, sh.blocks, a, reps, replays)?;
+        check(&comm, &recv, &sh)?;
         println!("  {:<28} {best:7.3}", sh.name);
     }
+    println!("  (every shape's outputs checked, and the rest of each buffer untouched)");
     // The same argument (the all-reduce of 2 f32 on every rank) through
     // hand-written entries, each doing one part of what the local kernel
     // does, on the library's grid.
@@ -130,6 +137,35 @@ pub fn run(k: usize, reps: usize, replays: usize) -> Result<(), Box<dyn std::err
         let f = probes.load_function(name)?;
         let best = replay_time(&stream, &f, k as u64, a, reps, replays)?;
         println!("  {name:<10} {best:7.3}  {what}");
+    }
+    Ok(())
+}
+
+/// What the outputs hold before each shape's launches.
+const POISON: f32 = -1.0;
+
+/// Every rank's output after `sh`'s launches, against what its inputs (all
+/// 1.0) give: the sum of the shape's ranks, or a copy of 1.0 for an
+/// all-gather, where the shape writes, and [`POISON`] everywhere else.
+fn check(
+    comm: &Communicator,
+    recv: &[CudaSlice<f32>],
+    sh: &Shape,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let (r, n) = (sh.ranks, sh.n as usize);
+    let (written, value) = match sh.collective {
+        Collective::AllGather => (r * n, 1.0),
+        _ => (n, r as f32),
+    };
+    for (u, buf) in recv.iter().enumerate() {
+        let got = comm.download(u, buf)?;
+        for (i, &v) in got.iter().enumerate() {
+            let want = if u < r && i < written { value } else { POISON };
+            if v.to_bits() != want.to_bits() {
+                let at = format!("rank {u} element {i}: {v}, want {want}");
+                return Err(format!("{}: {at}", sh.name).into());
+            }
+        }
     }
     Ok(())
 }
