@@ -70,8 +70,8 @@ impl Collective {
     ];
 
     /// A match rather than `ALL.get(v)`: on the GPU a table is a global
-    /// load at the head of every kernel, about a tenth of a small call's
-    /// kernel time (`bench/NOTES.md`, twenty-first session).
+    /// load at the head of every kernel, 13% of a small call's warp
+    /// samples (`bench/NOTES.md`, twenty-first session).
     pub fn from_u64(v: u64) -> Option<Self> {
         match v {
             0 => Some(Collective::ReduceScatter),
