@@ -18,9 +18,10 @@
 //!
 //! `perf record -g` on the same command shows where the time goes.
 
-use cudarc::driver::{result, sys, CudaSlice, CudaStream, DevicePtr};
+use super::{device_ptrs, launch_local, local_args};
+use cudarc::driver::{sys, CudaStream};
 use ringreduce::gpu::module::module_for;
-use ringreduce::kernels::abi::{local_kernel_name, LocalArgs, BATCH_RANKS, LOCAL_THREADS};
+use ringreduce::kernels::abi::{local_kernel_name, LocalArgs, BATCH_RANKS};
 use ringreduce::{Collective, Collectives, CommConfig, Communicator, DataType, Op, Region};
 use std::sync::Arc;
 use std::time::Instant;
@@ -73,39 +74,16 @@ pub fn run(k: usize) -> Result<(), Box<dyn std::error::Error>> {
     }
     let module = module_for(comm.context(0))?;
     let f = module.load_function(local_kernel_name(DataType::F32, Op::Sum))?;
-    let mut args = LocalArgs {
-        collective: Collective::AllReduce as u64,
-        ranks: k as u64,
-        blocks,
-        total: n as u64,
-        segment: n as u64,
-        aligned: 0,
-        send: [0; BATCH_RANKS],
-        recv: [0; BATCH_RANKS],
-    };
-    let ptrs = |bufs: &[CudaSlice<f32>], s: &Arc<CudaStream>| -> Vec<u64> {
-        bufs.iter().map(|b| b.device_ptr(s).0).collect()
-    };
-    args.send[..k].copy_from_slice(&ptrs(&send, &stream));
-    args.recv[..k].copy_from_slice(&ptrs(&recv, &stream));
+    let (sp, rp) = (device_ptrs(&send, &stream), device_ptrs(&recv, &stream));
+    let args = local_args(Collective::AllReduce, blocks, n as u64, false, &sp, &rp)
+        .ok_or("no local argument for these ranks")?;
     let empty = LocalArgs { ranks: 0, ..args };
     for (name, a) in [("raw", args), ("empty", empty)] {
         for round in 0..ROUNDS {
-            let mut a = a;
-            let mut params = [&mut a as *mut LocalArgs as *mut std::ffi::c_void];
             let (host, gpu) = timed(&stream, || {
                 // SAFETY: the argument names live buffers of `n` elements
                 // on this device (or no ranks at all).
-                unsafe {
-                    result::launch_kernel(
-                        f.cu_function(),
-                        (blocks as u32, 1, 1),
-                        (LOCAL_THREADS, 1, 1),
-                        0,
-                        stream.cu_stream(),
-                        &mut params,
-                    )
-                }?;
+                unsafe { launch_local(&f, &stream, a) }?;
                 Ok(())
             })?;
             println!("  round {round}: {name} {host:.3} us host, {gpu:.3} us between events");

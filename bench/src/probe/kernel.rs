@@ -17,11 +17,12 @@
 //!     ringreduce-probe kernel -g 8 --reps 10 --replays 1
 //! ```
 
-use cudarc::driver::{result, sys, CudaFunction, CudaSlice, CudaStream, DevicePtr};
+use super::{device_ptrs, launch_local, local_args};
+use cudarc::driver::{sys, CudaFunction, CudaSlice, CudaStream};
 use cudarc::nvrtc::Ptx;
 use ringreduce::gpu::capture;
 use ringreduce::gpu::module::module_for;
-use ringreduce::kernels::abi::{local_kernel_name, LocalArgs, BATCH_RANKS, LOCAL_THREADS};
+use ringreduce::kernels::abi::{local_kernel_name, LocalArgs, BATCH_RANKS};
 use ringreduce::{Collective, Collectives, CommConfig, Communicator, DataType, Op};
 use std::sync::Arc;
 
@@ -83,33 +84,29 @@ pub fn run(k: usize, reps: usize, replays: usize) -> Result<(), Box<dyn std::err
     let stream = comm.streams()[0].clone();
     let module = module_for(comm.context(0))?;
     let f = module.load_function(local_kernel_name(DataType::F32, Op::Sum))?;
-    let ptrs = |bufs: &[CudaSlice<f32>], s: &Arc<CudaStream>| -> Vec<u64> {
-        bufs.iter().map(|b| b.device_ptr(s).0).collect()
-    };
-    let (sp, rp) = (ptrs(&send, &stream), ptrs(&recv, &stream));
+    let (sp, rp) = (device_ptrs(&send, &stream), device_ptrs(&recv, &stream));
+    let no_args = || format!("no local argument for {k} ranks");
     println!("k = {k}: {reps} launches per graph, best of {replays} replays, us per launch");
     for sh in shapes(k) {
-        let all_reduce = sh.collective == Collective::AllReduce;
-        let mut a = LocalArgs {
-            collective: sh.collective as u64,
+        // The empty shape keeps one rank's geometry and runs none.
+        let r = sh.ranks.max(1);
+        let a = local_args(
+            sh.collective,
+            sh.blocks,
+            sh.n,
+            sh.aligned,
+            &sp[..r],
+            &rp[..r],
+        )
+        .ok_or_else(no_args)?;
+        let a = LocalArgs {
             ranks: sh.ranks as u64,
-            blocks: sh.blocks,
-            total: if all_reduce {
-                sh.n
-            } else {
-                sh.n * sh.ranks.max(1) as u64
-            },
-            segment: sh.n,
-            aligned: sh.aligned as u64,
-            send: [0; BATCH_RANKS],
-            recv: [0; BATCH_RANKS],
+            ..a
         };
-        a.send[..k].copy_from_slice(&sp);
-        a.recv[..k].copy_from_slice(&rp);
         for (u, r) in recv.iter_mut().enumerate() {
             comm.write(u, r, 0, &poison)?;
         }
-        let best = replay_time(&stream, &f, sh.blocks, a, reps, replays)?;
+        let best = replay_time(&stream, &f, a, reps, replays)?;
         check(&comm, &recv, &sh)?;
         println!("  {:<28} {best:7.3}", sh.name);
     }
@@ -120,22 +117,11 @@ pub fn run(k: usize, reps: usize, replays: usize) -> Result<(), Box<dyn std::err
     let probes = comm
         .context(0)
         .load_module(Ptx::from_src(include_str!("kernel_probe.ptx")))?;
-    let mut a = LocalArgs {
-        collective: Collective::AllReduce as u64,
-        ranks: k as u64,
-        blocks: k as u64,
-        total: 2,
-        segment: 2,
-        aligned: 0,
-        send: [0; BATCH_RANKS],
-        recv: [0; BATCH_RANKS],
-    };
-    a.send[..k].copy_from_slice(&sp);
-    a.recv[..k].copy_from_slice(&rp);
+    let a = local_args(Collective::AllReduce, k as u64, 2, false, &sp, &rp).ok_or_else(no_args)?;
     println!("hand-written entries, {k} blocks:");
     for (name, what) in PROBES {
         let f = probes.load_function(name)?;
-        let best = replay_time(&stream, &f, k as u64, a, reps, replays)?;
+        let best = replay_time(&stream, &f, a, reps, replays)?;
         println!("  {name:<10} {best:7.3}  {what}");
     }
     Ok(())
@@ -181,34 +167,22 @@ const PROBES: [(&str, &str); 7] = [
     ("p_wide", "every lane loads and stores one f32"),
 ];
 
-/// `reps` launches of `f` on `blocks` blocks with argument `a`, captured
+/// `reps` launches of `f` with argument `a` (on its grid), captured
 /// into one graph: the best of `replays` replays, in microseconds per
 /// launch between events.
 fn replay_time(
     stream: &Arc<CudaStream>,
     f: &CudaFunction,
-    blocks: u64,
     a: LocalArgs,
     reps: usize,
     replays: usize,
 ) -> Result<f64, Box<dyn std::error::Error>> {
     let graph = capture(stream, || {
         for _ in 0..reps {
-            let mut a = a;
-            let mut params = [&mut a as *mut LocalArgs as *mut std::ffi::c_void];
             // SAFETY: the argument names live buffers of `ELEMS` elements
             // per rank on this device, more than any shape reads or
             // writes.
-            unsafe {
-                result::launch_kernel(
-                    f.cu_function(),
-                    (blocks as u32, 1, 1),
-                    (LOCAL_THREADS, 1, 1),
-                    0,
-                    stream.cu_stream(),
-                    &mut params,
-                )
-            }?;
+            unsafe { launch_local(f, stream, a) }?;
         }
         Ok(())
     })?;
