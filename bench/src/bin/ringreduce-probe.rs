@@ -30,6 +30,9 @@ enum Probe {
         /// Virtual ranks.
         #[arg(short = 'g', long, default_value_t = 8)]
         ranks: usize,
+        /// Calls per round of each loop (fewer for a profiler).
+        #[arg(long, default_value_t = 100_000)]
+        iters: usize,
     },
 }
 
@@ -40,7 +43,7 @@ fn main() {
             reps,
             replays,
         } => ringreduce_bench::probe::kernel::run(ranks, reps, replays),
-        Probe::Host { ranks } => ringreduce_bench::probe::host::run(ranks),
+        Probe::Host { ranks, iters } => ringreduce_bench::probe::host::run(ranks, iters.max(1)),
     };
     if let Err(e) = r {
         eprintln!("ringreduce-probe: {e}");

@@ -5,7 +5,9 @@
 //! told from the library's there. Three loops tell them apart, each timed
 //! on the host clock and between events:
 //! - `library`: the local all-reduce of 2 `f32` through the communicator;
-//! - `raw`: the same kernel with the same argument, launched directly;
+//! - `raw`: the same kernel with the same argument, launched directly,
+//!   once with the scalar path and once with the wide-pack path allowed
+//!   (`aligned`), since the planner allows it for these buffers;
 //! - `empty`: that kernel with no ranks (it returns at once).
 //!
 //! With a stub `libcuda.so` whose calls do nothing standing in for the
@@ -26,11 +28,10 @@ use ringreduce::{Collective, Collectives, CommConfig, Communicator, DataType, Op
 use std::sync::Arc;
 use std::time::Instant;
 
-const ITERS: usize = 100_000;
 const ROUNDS: usize = 3;
 
-/// Prints the three loops' times per call at `k` ranks.
-pub fn run(k: usize) -> Result<(), Box<dyn std::error::Error>> {
+/// Prints the loops' times per call at `k` ranks, `iters` calls a round.
+pub fn run(k: usize, iters: usize) -> Result<(), Box<dyn std::error::Error>> {
     if !(1..=BATCH_RANKS).contains(&k) {
         return Err(format!("need 1 <= k <= {BATCH_RANKS}").into());
     }
@@ -52,7 +53,7 @@ pub fn run(k: usize) -> Result<(), Box<dyn std::error::Error>> {
     let stream = comm.streams()[0].clone();
     println!("k = {k}, {algorithm:?} all-reduce of {n} f32, {blocks} blocks; per call:");
     for round in 0..ROUNDS {
-        let (host, gpu) = timed(&stream, || {
+        let (host, gpu) = timed(&stream, iters, || {
             let mut regions: Vec<Region<'_, _>> = send
                 .iter()
                 .zip(recv.iter_mut())
@@ -77,10 +78,11 @@ pub fn run(k: usize) -> Result<(), Box<dyn std::error::Error>> {
     let (sp, rp) = (device_ptrs(&send, &stream), device_ptrs(&recv, &stream));
     let args = local_args(Collective::AllReduce, blocks, n as u64, false, &sp, &rp)
         .ok_or("no local argument for these ranks")?;
+    let wide = LocalArgs { aligned: 1, ..args };
     let empty = LocalArgs { ranks: 0, ..args };
-    for (name, a) in [("raw", args), ("empty", empty)] {
+    for (name, a) in [("raw", args), ("raw aligned", wide), ("empty", empty)] {
         for round in 0..ROUNDS {
-            let (host, gpu) = timed(&stream, || {
+            let (host, gpu) = timed(&stream, iters, || {
                 // SAFETY: the argument names live buffers of `n` elements
                 // on this device (or no ranks at all).
                 unsafe { launch_local(&f, &stream, a) }?;
@@ -92,22 +94,23 @@ pub fn run(k: usize) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// `ITERS` calls of `call` back to back: host and event microseconds per
+/// `iters` calls of `call` back to back: host and event microseconds per
 /// call.
 fn timed(
     stream: &Arc<CudaStream>,
+    iters: usize,
     mut call: impl FnMut() -> Result<(), Box<dyn std::error::Error>>,
 ) -> Result<(f64, f64), Box<dyn std::error::Error>> {
     let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
     stream.synchronize()?;
     let a = stream.record_event(flags)?;
     let t = Instant::now();
-    for _ in 0..ITERS {
+    for _ in 0..iters {
         call()?;
     }
-    let host = t.elapsed().as_secs_f64() * 1e6 / ITERS as f64;
+    let host = t.elapsed().as_secs_f64() * 1e6 / iters as f64;
     let b = stream.record_event(flags)?;
     b.synchronize()?;
-    let gpu = a.elapsed_ms(&b)? as f64 * 1e3 / ITERS as f64;
+    let gpu = a.elapsed_ms(&b)? as f64 * 1e3 / iters as f64;
     Ok((host, gpu))
 }
