@@ -52,6 +52,7 @@ pub mod error;
 pub mod gpu;
 pub mod grad;
 mod hooks;
+mod memo;
 mod planner;
 pub mod reference;
 pub mod ring;

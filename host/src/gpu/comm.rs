@@ -8,7 +8,7 @@ use super::setup::{create, Inner};
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
-use crate::planner::{plan, BufferSpan};
+use crate::planner::BufferSpan;
 use crate::ring::RingOrder;
 use cudarc::driver::{CudaContext, CudaStream};
 use cudarc::driver::{DevicePtr, DevicePtrMut};
@@ -349,7 +349,8 @@ impl Communicator {
         op: Op,
         streams: &[Arc<CudaStream>],
     ) -> Result<()> {
-        let plan = plan(
+        let mut memo = self.inner.memo.lock().unwrap_or_else(|e| e.into_inner());
+        let plan = memo.plan(
             c,
             &self.inner.conns,
             spans,

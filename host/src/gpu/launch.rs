@@ -87,7 +87,7 @@ impl Drop for Group {
 /// breaks the communicator: the ranks already launched cannot finish.
 pub fn enqueue(
     inner: &Inner,
-    plan: Plan,
+    plan: &Plan,
     dtype: DataType,
     op: Op,
     streams: &[Arc<CudaStream>],
@@ -100,12 +100,12 @@ pub fn enqueue(
             inner.ranks[0].ctx.bind_to_thread()?;
             // SAFETY: validated addresses on this device.
             unsafe {
-                result::memcpy_dtod_async(recv, send, bytes as usize, streams[0].cu_stream())?
+                result::memcpy_dtod_async(*recv, *send, *bytes as usize, streams[0].cu_stream())?
             };
             Ok(())
         }
         Plan::Launch { works, .. } => {
-            inner.state.note_launch(&works);
+            inner.state.note_launch(works);
             let withhold = inner.state.hooks().withhold_rank;
             for g in &inner.groups {
                 // The test hook aside, every rank of the group.
@@ -121,7 +121,7 @@ pub fn enqueue(
                 let r = members
                     .iter()
                     .try_for_each(|&u| hand_over(&mut last[u], &streams[u]))
-                    .and_then(|()| launch(inner, g, &members, &works, dtype, op, streams));
+                    .and_then(|()| launch(inner, g, &members, works, dtype, op, streams));
                 if let Err(e) = r {
                     inner.state.mark_broken(&e);
                     return Err(e);

@@ -7,6 +7,7 @@ use super::launch::{launch_groups, Group};
 use super::module::Kernels;
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
+use crate::memo::PlanMemo;
 use crate::planner::{connect, ChannelWiring, RankWiring};
 use crate::ring::RingOrder;
 use crate::state::CommState;
@@ -69,6 +70,8 @@ pub struct Inner {
     /// callers cannot interleave two collectives' launches across ranks;
     /// holds each rank's last stream.
     pub launch: Mutex<Vec<Option<Arc<CudaStream>>>>,
+    /// The last call's plan; locked before `launch` when both are held.
+    pub memo: Mutex<PlanMemo>,
     /// The ranks each launch runs, with the events that order it with
     /// their streams.
     pub groups: Vec<Group>,
@@ -215,6 +218,7 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
         kernels: devices.iter().map(|d| kernels_of[d].clone()).collect(),
         host,
         launch: Mutex::new(vec![None; k]),
+        memo: Mutex::new(PlanMemo::default()),
         groups: launch_groups(devices)
             .into_iter()
             .map(|ranks| Group::new(&ctxs[&devices[ranks[0]]], ranks))
