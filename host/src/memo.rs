@@ -53,24 +53,21 @@ impl PlanMemo {
         dtype: DataType,
         opts: CallOpts,
     ) -> Result<&Plan> {
-        let hit =
-            matches!(&self.last, Some((key, _)) if key.matches(c, conns, spans, dtype, &opts));
-        if !hit {
-            self.last = None;
-            let p = plan(c, conns, spans, dtype, opts)?;
-            let key = Key {
-                c,
-                dtype,
-                opts,
-                conns: conns.to_vec(),
-                spans: spans.to_vec(),
-            };
-            self.last = Some((key, p));
-        }
-        match &self.last {
-            Some((_, p)) => Ok(p),
-            None => unreachable!("a plan was just remembered"),
-        }
+        let last = match self.last.take() {
+            Some((key, p)) if key.matches(c, conns, spans, dtype, &opts) => (key, p),
+            _ => {
+                let p = plan(c, conns, spans, dtype, opts)?;
+                let key = Key {
+                    c,
+                    dtype,
+                    opts,
+                    conns: conns.to_vec(),
+                    spans: spans.to_vec(),
+                };
+                (key, p)
+            }
+        };
+        Ok(&self.last.insert(last).1)
     }
 }
 
@@ -78,8 +75,8 @@ impl PlanMemo {
 mod tests {
     use super::*;
 
-    /// `k` ranks' connections, as the CPU communicator wires them (the
-    /// addresses only need to be distinct).
+    /// `k` distinct connection addresses (`plan` only copies them into the
+    /// works).
     fn conns(k: usize) -> Vec<u64> {
         (0..k as u64).map(|u| 0x1000_0000 + u * 0x1_0000).collect()
     }
