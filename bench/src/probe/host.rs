@@ -2,12 +2,12 @@
 //!
 //! A collective launched one by one is host bound on the H100 machines
 //! (`bench/NOTES.md`, nineteenth session), and the driver's share cannot be
-//! told from the library's there. Three loops tell them apart, each timed
+//! told from the library's there. Four loops tell them apart, each timed
 //! on the host clock and between events:
 //! - `library`: the local all-reduce of 2 `f32` through the communicator;
-//! - `raw`: the same kernel with the same argument, launched directly,
-//!   once with the scalar path and once with the wide-pack path allowed
-//!   (`aligned`), since the planner allows it for these buffers;
+//! - `raw`: the same kernel launched directly with the scalar path;
+//! - `raw aligned`: the same with the wide-pack path allowed, which is the
+//!   library's own argument (the planner allows it for these buffers);
 //! - `empty`: that kernel with no ranks (it returns at once).
 //!
 //! With a stub `libcuda.so` whose calls do nothing standing in for the
