@@ -6,7 +6,8 @@ use super::lane::{BlockSync, Lane, Trap, Trapped};
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
-use crate::planner::{connect, plan, BufferSpan, ChannelWiring, Plan, RankWiring};
+use crate::memo::PlanMemo;
+use crate::planner::{connect, BufferSpan, ChannelWiring, Plan, RankWiring};
 use crate::ring::RingOrder;
 use crate::state::CommState;
 use ringreduce_kernels::abi::{
@@ -18,7 +19,7 @@ use ringreduce_kernels::{Op, StatusRecord};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -93,6 +94,8 @@ struct Inner {
     direct_peers: Box<[DirectPeer]>,
     abort: Box<AtomicU64>,
     state: CommState,
+    /// The last call's plan (see [`PlanMemo`]).
+    memo: Mutex<PlanMemo>,
     /// Raised by a lane that panics (see [`Trap`]).
     trap: Trap,
 }
@@ -225,6 +228,7 @@ impl CpuCommunicator {
             ranks,
             direct_peers,
             abort,
+            memo: Mutex::new(PlanMemo::default()),
             trap: Trap::default(),
         });
         let workers = (0..k)
@@ -361,13 +365,21 @@ impl CpuCommunicator {
             .iter()
             .map(|r| r.conn.get() as u64)
             .collect();
-        let plan = plan(
-            c,
-            &conns,
-            &spans,
-            T::DTYPE,
-            self.inner.state.call_opts(CPU_THREADS),
-        )?;
+        // As on the GPU, so that every CPU test runs the memo; the plan is
+        // cloned out so the lock is not held while jobs are queued.
+        let plan = self
+            .inner
+            .memo
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .plan(
+                c,
+                &conns,
+                &spans,
+                T::DTYPE,
+                self.inner.state.call_opts(CPU_THREADS),
+            )?
+            .clone();
         let guards_for = |b: &CpuBuffers<T>| -> Vec<UseGuard> {
             match b {
                 CpuBuffers::OutOfPlace { send, recv } => {
