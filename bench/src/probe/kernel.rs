@@ -55,6 +55,9 @@ fn shapes(k: usize) -> Vec<Shape> {
     vec![
         s("empty (no ranks)", AllReduce, 0, kb, 2, false),
         s("AR 2 f32, library's grid", AllReduce, k, kb, 2, false),
+        // The library's own argument: it allows the wide-pack path for
+        // 256-byte-aligned buffers, even when no pack fits.
+        s("AR 2 f32, wide-pack allowed", AllReduce, k, kb, 2, true),
         s("AR 2 f32, one block", AllReduce, k, 1, 2, false),
         s("AR 2 f32, one rank", AllReduce, 1, 1, 2, false),
         s("AR 2 f32, two ranks", AllReduce, 2.min(k), 1, 2, false),
