@@ -1,11 +1,16 @@
-//! The last call's plan, kept with everything it was made from. Training
-//! and decoding loops repeat one collective on the same buffers, and
-//! validating and planning it again is about a third of a small local
-//! call's host time (`bench/NOTES.md`, twenty-second session).
+//! The last few calls' plans, each kept with everything it was made from.
+//! Training and decoding loops repeat a handful of collectives on the same
+//! buffers (one per layer kind, say), and validating and planning each
+//! again was about half of a small local call's own host time
+//! (`bench/NOTES.md`, twenty-second session).
 
 use crate::error::Result;
 use crate::planner::{plan, BufferSpan, CallOpts, Plan};
 use ringreduce_kernels::{Collective, DataType};
+
+/// Plans kept: enough for the few distinct calls a step alternates
+/// between, few enough that a miss scans them in a few nanoseconds each.
+pub const MEMO_PLANS: usize = 8;
 
 /// [`plan`]'s inputs, compared whole: `plan` is a pure function of them,
 /// so an equal key gives an equal plan.
@@ -35,16 +40,17 @@ impl Key {
     }
 }
 
-/// One remembered plan. A call whose inputs differ in anything replans, and
-/// a call that fails to plan (bad input) leaves nothing remembered, so
-/// errors are found exactly as without the memo.
+/// The [`MEMO_PLANS`] most recently used plans, the latest last. Only
+/// plans that succeeded are kept, and a call whose inputs differ in
+/// anything from every kept one plans afresh, so bad input is found
+/// exactly as without the memo.
 #[derive(Debug, Default)]
 pub struct PlanMemo {
-    last: Option<(Key, Plan)>,
+    kept: Vec<(Key, Plan)>,
 }
 
 impl PlanMemo {
-    /// [`plan`] of these inputs, remembered for the next call.
+    /// [`plan`] of these inputs, kept for later calls.
     pub fn plan(
         &mut self,
         c: Collective,
@@ -53,10 +59,20 @@ impl PlanMemo {
         dtype: DataType,
         opts: CallOpts,
     ) -> Result<&Plan> {
-        let last = match self.last.take() {
-            Some((key, p)) if key.matches(c, conns, spans, dtype, &opts) => (key, p),
-            _ => {
+        // The latest first: a loop repeating one call finds it at once.
+        let found = self
+            .kept
+            .iter()
+            .rposition(|(key, _)| key.matches(c, conns, spans, dtype, &opts));
+        let entry = match found {
+            // Already the latest: nothing to move.
+            Some(i) if i + 1 == self.kept.len() => return Ok(&self.kept[i].1),
+            Some(i) => self.kept.remove(i),
+            None => {
                 let p = plan(c, conns, spans, dtype, opts)?;
+                if self.kept.len() == MEMO_PLANS {
+                    self.kept.remove(0);
+                }
                 let key = Key {
                     c,
                     dtype,
@@ -67,7 +83,13 @@ impl PlanMemo {
                 (key, p)
             }
         };
-        Ok(&self.last.insert(last).1)
+        self.kept.push(entry);
+        match self.kept.last() {
+            Some((_, p)) => Ok(p),
+            None => Err(crate::error::Error::Broken(
+                "internal: the plan memo lost the plan it kept".into(),
+            )),
+        }
     }
 }
 
@@ -157,30 +179,48 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_call_forgets_the_last_plan() {
+    fn alternating_calls_are_kept_and_a_failed_call_adds_nothing() {
         let mut memo = PlanMemo::default();
         let cs = conns(2);
-        let good = spans(Collective::AllReduce, 2, 64, 0x7000_0000);
-        assert!(memo
-            .plan(Collective::AllReduce, &cs, &good, DataType::F32, opts())
-            .is_ok());
-        assert!(memo.last.is_some());
-        let bad = spans(Collective::AllReduce, 2, 64, 0x7000_0002);
+        let ar = |base| spans(Collective::AllReduce, 2, 64, base);
+        let (a, b) = (ar(0x7000_0000), ar(0x9000_0000));
+        for _ in 0..3 {
+            for sp in [&a, &b] {
+                memo.plan(Collective::AllReduce, &cs, sp, DataType::F32, opts())
+                    .unwrap();
+            }
+        }
+        // Two distinct calls, alternated: planned once each.
+        assert_eq!(memo.kept.len(), 2);
+        let bad = ar(0x7000_0002);
         assert!(memo
             .plan(Collective::AllReduce, &cs, &bad, DataType::F32, opts())
             .is_err());
-        assert!(memo.last.is_none());
+        assert_eq!(memo.kept.len(), 2);
+        // More distinct calls than are kept: the least recently used goes.
+        for i in 0..MEMO_PLANS as u64 {
+            memo.plan(
+                Collective::AllReduce,
+                &cs,
+                &ar(0xa000_0000 + i * 0x1000_0000),
+                DataType::F32,
+                opts(),
+            )
+            .unwrap();
+        }
+        assert_eq!(memo.kept.len(), MEMO_PLANS);
+        assert!(!memo.kept.iter().any(|(k, _)| k.spans == a || k.spans == b));
         // Any input differing replans: a changed option gives its own plan.
         let mut o = opts();
         o.algorithm = crate::Algo::Ring;
         let ring = memo
-            .plan(Collective::AllReduce, &cs, &good, DataType::F32, o)
+            .plan(Collective::AllReduce, &cs, &a, DataType::F32, o)
             .cloned();
         assert_eq!(
             format!("{ring:?}"),
             format!(
                 "{:?}",
-                plan(Collective::AllReduce, &cs, &good, DataType::F32, o)
+                plan(Collective::AllReduce, &cs, &a, DataType::F32, o)
             )
         );
     }
