@@ -1,7 +1,7 @@
 //! The last few calls' plans, each kept with everything it was made from.
 //! Training and decoding loops repeat a handful of collectives on the same
 //! buffers (one per layer kind, say), and validating and planning each
-//! again was about half of a small local call's own host time
+//! again was about 40% of a small local call's own host time
 //! (`bench/NOTES.md`, twenty-second session).
 
 use crate::error::Result;
