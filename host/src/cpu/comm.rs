@@ -94,7 +94,7 @@ struct Inner {
     direct_peers: Box<[DirectPeer]>,
     abort: Box<AtomicU64>,
     state: CommState,
-    /// The last call's plan (see [`PlanMemo`]).
+    /// The recent calls' plans (see [`PlanMemo`]).
     memo: Mutex<PlanMemo>,
     /// Raised by a lane that panics (see [`Trap`]).
     trap: Trap,

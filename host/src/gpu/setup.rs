@@ -70,7 +70,7 @@ pub struct Inner {
     /// callers cannot interleave two collectives' launches across ranks;
     /// holds each rank's last stream.
     pub launch: Mutex<Vec<Option<Arc<CudaStream>>>>,
-    /// The last call's plan; locked before `launch` when both are held.
+    /// The recent calls' plans; locked before `launch` when both are held.
     pub memo: Mutex<PlanMemo>,
     /// The ranks each launch runs, with the events that order it with
     /// their streams.
