@@ -83,13 +83,9 @@ impl PlanMemo {
                 (key, p)
             }
         };
+        let latest = self.kept.len();
         self.kept.push(entry);
-        match self.kept.last() {
-            Some((_, p)) => Ok(p),
-            None => Err(crate::error::Error::Broken(
-                "internal: the plan memo lost the plan it kept".into(),
-            )),
-        }
+        Ok(&self.kept[latest].1)
     }
 }
 

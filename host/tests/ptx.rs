@@ -2,9 +2,10 @@
 
 use ringreduce::gpu::module::{all_kernel_names, PTX, SASS};
 use ringreduce::kernels::abi::{
-    BLOCK_THREADS, LOCAL_ENTRY_PREFIX, LOCAL_MIN_BLOCKS_PER_SM, LOCAL_THREADS, TASK_ENTRY,
-    TASK_MIN_BLOCKS_PER_SM, TASK_THREADS,
+    LocalArgs, BLOCK_THREADS, LOCAL_ENTRY_PREFIX, LOCAL_MIN_BLOCKS_PER_SM, LOCAL_THREADS,
+    TASK_ENTRY, TASK_MIN_BLOCKS_PER_SM, TASK_THREADS,
 };
+use ringreduce::{DataType, Op};
 
 #[test]
 fn every_kernel_entry_is_present() {
@@ -97,9 +98,10 @@ fn local_entries_read_their_argument_in_param_space() {
         let name = &body[..body.find('(').expect("an entry's parameter list")];
         let param = format!("{name}_param_0");
         let body = &body[..body.find("\n}").expect("an entry's end")];
+        let bytes = std::mem::size_of::<LocalArgs>();
         assert!(
-            body.contains(&format!(".param .align 8 .b8 {param}[304]")),
-            "{name}: its argument is not the 304-byte LocalArgs"
+            body.contains(&format!(".param .align 8 .b8 {param}[{bytes}]")),
+            "{name}: its argument is not the {bytes}-byte LocalArgs"
         );
         assert!(
             body.contains("mov.u64 %rd") && body.contains(&format!(", {param};")),
@@ -109,5 +111,5 @@ fn local_entries_read_their_argument_in_param_space() {
         assert!(!body.contains("__local_depot"), "{name}: uses local memory");
         seen += 1;
     }
-    assert_eq!(seen, 50);
+    assert_eq!(seen, DataType::ALL.len() * Op::ALL.len());
 }
