@@ -65,6 +65,7 @@ mod topology;
 /// Either may change in any release.
 #[doc(hidden)]
 pub mod internals {
+    pub use crate::algorithm::direct_layout;
     pub use crate::planner::*;
 }
 
