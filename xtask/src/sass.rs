@@ -67,6 +67,9 @@ pub fn cmd_sass(root: &Path, args: Vec<String>) {
         let file = tools.join(format!("{e}.sass"));
         std::fs::write(&file, &sass.stdout).unwrap_or_else(|e| fail(e));
         println!("{e}: SASS in {}", file.display());
+        for l in unrolled_loads(&String::from_utf8_lossy(&sass.stdout)) {
+            println!("{e}: unrolled body {l}");
+        }
     }
 }
 
@@ -79,4 +82,53 @@ fn newest_ptx(build: &Path) -> Option<PathBuf> {
         .map(|e| e.path().join("out").join("kernels.ptx"))
         .filter(|p| p.is_file())
         .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
+}
+
+/// The straight-line runs of SASS with at least eight 16-byte loads, one
+/// letter per access or float op: `L` a 16-byte load, `a` a float add or
+/// multiply, `S` a 16-byte store, `P` an L2 prefetch. A reduce loop whose
+/// sixteen loads do not all come before its first `a` waits on memory twice
+/// a round: ptxas reused the first loads' registers for the rest
+/// (`bench/NOTES.md`, twenty-third session).
+fn unrolled_loads(sass: &str) -> Vec<String> {
+    let mut runs = vec![String::new()];
+    for line in sass.lines() {
+        let Some((_, ins)) = line.split_once("*/") else {
+            continue;
+        };
+        let op = ins.split_whitespace().find(|w| !w.starts_with('@'));
+        let Some(op) = op else { continue };
+        let c = match op {
+            _ if op.starts_with("LD") && op.ends_with(".128") => 'L',
+            _ if op.starts_with("ST") && op.ends_with(".128") => 'S',
+            _ if op.starts_with("FADD") || op.starts_with("FMUL") => 'a',
+            _ if op.starts_with("CCTL") => 'P',
+            _ if op.starts_with("BRA") || op.starts_with("BAR") || op.starts_with("CALL") => '|',
+            _ => continue,
+        };
+        match c {
+            '|' => runs.push(String::new()),
+            c => runs.last_mut().unwrap().push(c),
+        }
+    }
+    runs.retain(|r| r.matches('L').count() >= 8);
+    runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unrolled_loads;
+
+    #[test]
+    fn runs_of_wide_loads_between_branches() {
+        let sass = "\
+        /*0010*/ LD.E.128 R4, desc[UR4][R2.64] ;
+        /*0020*/ @!P0 CCTL.E.PF2 [R8] ;
+        /*0030*/ BRA 0x100 ;
+        "
+        .to_string()
+            + &"        /*0040*/ LD.E.128 R8, desc[UR4][R2.64+0x10] ;\n".repeat(9)
+            + "        /*0050*/ FADD R8, R8, R12 ;\n        /*0060*/ ST.E.128 desc[UR4][R6.64], R8 ;\n";
+        assert_eq!(unrolled_loads(&sass), vec!["LLLLLLLLLaS".to_string()]);
+    }
 }
