@@ -12,6 +12,61 @@ pub enum Scope {
     Sys,
 }
 
+/// One released slice, as the control lane hands it to the producers:
+/// the step primitive ([`Prim::index`](crate::schedule::Prim::index)), its
+/// four addresses (see [`Slot`](crate::primitives::Slot)) and its length
+/// in elements. The control lane works these out while it waits anyway, so
+/// a producer keeps only its loop counter in registers across a slice: with
+/// the engine's whole state live there, ptxas issued ten of a round's
+/// sixteen loads and waited before the rest (`bench/NOTES.md`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SliceWork {
+    pub prim: u64,
+    pub incoming: u64,
+    pub own: u64,
+    pub next: u64,
+    pub out: u64,
+    pub len: u64,
+}
+
+/// Words of a [`SliceWork`].
+pub const SLICE_WORDS: usize = 6;
+const _: () = assert!(core::mem::size_of::<SliceWork>() == 8 * SLICE_WORDS);
+
+impl SliceWork {
+    #[inline(always)]
+    pub fn to_words(self) -> [u64; SLICE_WORDS] {
+        [
+            self.prim,
+            self.incoming,
+            self.own,
+            self.next,
+            self.out,
+            self.len,
+        ]
+    }
+
+    #[inline(always)]
+    pub fn from_words([prim, incoming, own, next, out, len]: [u64; SLICE_WORDS]) -> Self {
+        SliceWork {
+            prim,
+            incoming,
+            own,
+            next,
+            out,
+            len,
+        }
+    }
+}
+
+/// Released slices whose [`SliceWork`] a block holds at once, slice `i` in
+/// slot `i % RELEASE_SLOTS`: the control lane releases slice `i` only after
+/// every producer reported slice `i - 2` done, and a producer reads a
+/// slice's work before it reports the slice done, so two slots never
+/// overwrite work still to be read.
+pub const RELEASE_SLOTS: usize = 2;
+
 /// The block-internal handoff between the control lane and the producer
 /// lanes: the protocol verbs of the ring engine, apart from the machine's
 /// intrinsics ([`Device`]). The GPU maps them to shared words and named
@@ -21,18 +76,19 @@ pub enum Scope {
 /// Implementations must give the memory-order guarantees documented per
 /// method; the engine is only correct with them.
 pub unsafe trait Handoff {
-    /// Control lane: publishes the block's `failed` bit, then lets the
-    /// producers into slice number `slice` (counted from 0 per collective),
-    /// without waiting for them. Orders the control lane's earlier memory
-    /// accesses (its flag acquire) before the released producers' later ones.
-    fn release(&self, slice: u64, failed: bool);
+    /// Control lane: publishes the block's `failed` bit and the slice's
+    /// `work`, then lets the producers into slice number `slice` (counted
+    /// from 0 per collective), without waiting for them. Orders the control
+    /// lane's earlier memory accesses (its flag acquire) before the released
+    /// producers' later ones.
+    fn release(&self, slice: u64, failed: bool, work: SliceWork);
     /// Control lane, before the block barrier that starts the slices:
     /// nothing is released yet (shared memory starts undefined).
     fn reset_release(&self) {}
     /// Producer: waits until the control lane released slice `slice`;
-    /// returns the `failed` bit published then. A producer never waits for
-    /// another producer here.
-    fn await_release(&self, slice: u64) -> bool;
+    /// returns the slice's work, or `None` when the `failed` bit published
+    /// then is set. A producer never waits for another producer here.
+    fn await_release(&self, slice: u64) -> Option<SliceWork>;
     /// Producer: reports that its part of the slice of `parity` is done,
     /// without waiting.
     fn arrive_done(&self, parity: u64);

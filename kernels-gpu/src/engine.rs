@@ -3,10 +3,11 @@
 //!
 //! The block has two roles. Lanes `0..THREADS` are producers: they only
 //! move data, with the step primitives. Lane `THREADS`, alone in its warp,
-//! is the control lane: it makes every flag wait and every signal. For
-//! slice `i` the control lane waits for the slice's flags, releases the
-//! producers into it (a count of released slices that each producer warp
-//! polls on its own, so no producer waits for another), then waits until
+//! is the control lane: it makes every flag wait and every signal, and works
+//! out where every slice lies. For slice `i` the control lane waits for the
+//! slice's flags, releases the producers into it with its addresses (a
+//! count of released slices that each producer warp polls on its own, so no
+//! producer waits for another), then waits until
 //! every producer reported slice `i - 1` done and publishes that slice. So
 //! the flag round trips overlap data movement (`bench/NOTES.md`).
 //!
@@ -34,14 +35,14 @@
 //! nothing deadlocks.
 
 use crate::abi::{ChannelConn, Collective, RankConn, RankInfo, WaitKind, Work, MAX_CHANNELS};
-use crate::device::{Device, Handoff};
+use crate::device::{Device, Handoff, SliceWork};
 use crate::element::Element;
 use crate::flags::{signal, wait_at_least, WaitCtx, WaitSite};
 use crate::op::ReduceOp;
 use crate::plan::{block_residue, Chunking, NUM_SUBCHUNKS, STAGING_SLOTS};
 use crate::primitives::{self, LaneCtx, Slot};
 use crate::ring::block_for_step;
-use crate::schedule::Schedule;
+use crate::schedule::{Prim, Schedule};
 use core::mem::size_of;
 use core::ptr::addr_of;
 
@@ -117,9 +118,17 @@ pub unsafe fn run<D: Device + Handoff, T: Element, O: ReduceOp, const THREADS: u
     }
     d.block_barrier_or(false);
     if d.thread_idx_fresh() == THREADS {
-        control_lane(d, &ch);
+        control_lane(d, &ch, size_of::<T>() as u64);
     } else {
         producer_lane::<D, T, O, THREADS>(d, &ch, tid);
+    }
+}
+
+impl Channel<'_> {
+    /// How many slices [`for_each_slice`] visits.
+    #[inline(always)]
+    fn slices(&self) -> u64 {
+        self.chunks.num_chunks * self.sched.steps() * NUM_SUBCHUNKS
     }
 }
 
@@ -146,11 +155,15 @@ fn for_each_slice(ch: &Channel, mut f: impl FnMut(SliceAt)) {
     }
 }
 
-/// The control lane: before releasing slice `i` it waits for that slice's
-/// flags, and after releasing it waits for the producers to finish slice
-/// `i - 1` and publishes that. So it runs a slice ahead of the producers.
+/// The control lane: before releasing slice `i` it works out the slice's
+/// addresses (elements of `sz` bytes) and waits for its flags, and after
+/// releasing it waits for the producers to finish slice `i - 1` and
+/// publishes that. So it runs a slice ahead of the producers.
 #[inline(always)]
-unsafe fn control_lane<D: Device + Handoff>(d: &D, ch: &Channel) {
+unsafe fn control_lane<D: Device + Handoff>(d: &D, ch: &Channel, sz: u64) {
+    let ufr = core::slice::from_raw_parts(ch.rank.user_from_ring as *const u32, ch.rank.k as usize);
+    let aligned = ch.work.aligned != 0;
+    let mut at = StepAt::default();
     let mut failed = false;
     let mut moved: Option<SliceAt> = None;
     let mut i = 0u64;
@@ -165,10 +178,14 @@ unsafe fn control_lane<D: Device + Handoff>(d: &D, ch: &Channel) {
         }
     };
     for_each_slice(ch, |s| {
+        if s.sub == 0 {
+            at = StepAt::of(ch, s, ufr, aligned, sz);
+        }
+        let work = at.next_slice(ch, s, sz);
         if !failed {
             failed = !wait_for_slice(d, ch, s, &mut seen);
         }
-        d.release(i, failed);
+        d.release(i, failed, work);
         finish(i, moved, failed);
         moved = Some(s);
         sent += s.send.is_some() as u64;
@@ -252,49 +269,31 @@ unsafe fn publish<D: Device>(d: &D, ch: &Channel, s: SliceAt) {
 
 /// A producer lane: every slice in order, each once it is released,
 /// reporting each done. A released slice is skipped when the control lane
-/// has given up.
+/// has given up. Only the loop counter and the lane's constants stay live
+/// across a slice, so the transfer has the registers to itself.
 #[inline(always)]
 unsafe fn producer_lane<D: Device + Handoff, T: Element, O: ReduceOp, const THREADS: u64>(
     d: &D,
     ch: &Channel,
     tid: u64,
 ) {
-    let (w, g) = (ch.work, &ch.work.geometry);
-    let k = ch.rank.k;
-    let ufr = core::slice::from_raw_parts(ch.rank.user_from_ring as *const u32, k as usize);
-    let sz = size_of::<T>() as u64;
     let lane = LaneCtx {
         tid,
-        aligned: w.aligned != 0,
-        k: k as u32,
-        prefetch_rounds: w.prefetch_rounds,
+        aligned: ch.work.aligned != 0,
+        k: ch.rank.k as u32,
+        prefetch_rounds: ch.work.prefetch_rounds,
     };
-    let mut i = 0u64;
-    let mut at = StepAt::default();
-    for_each_slice(ch, |s| {
-        if s.sub == 0 {
-            at = StepAt::of(ch, s, ufr, lane.aligned, sz);
-        }
-        let len = at.slices[s.sub as usize];
-        if !d.await_release(i) {
-            let slot = |base: u64, seq: Option<u64>| {
-                base + seq.map_or(0, |j| w.sizing.slot_offset(j)) + at.residue
-            };
-            let p = Slot {
-                incoming: slot(ch.chan.this_staging, s.recv) as *const T,
-                next: slot(ch.chan.next_staging, s.send) as *mut T,
-                own: (w.send + (at.block * g.in_stride + at.off) * sz) as *const T,
-                out: (w.recv + (at.block * g.out_stride + at.off) * sz) as *mut T,
-            };
-            primitives::run::<D, T, O, THREADS>(ch.sched.prim(s.step), d, lane, p, len);
+    for i in 0..ch.slices() {
+        if let Some(s) = d.await_release(i) {
+            if let Some(p) = Prim::from_index(s.prim) {
+                primitives::run::<D, T, O, THREADS>(p, d, lane, Slot::of(s), s.len);
+            }
         }
         d.arrive_done(i & 1);
-        at.off += len;
-        i += 1;
-    });
+    }
 }
 
-/// What a producer needs for the slices of one step.
+/// Where the slices of one step lie, as the control lane tracks them.
 #[derive(Default)]
 struct StepAt {
     /// The user rank whose block the step moves.
@@ -323,6 +322,27 @@ impl StepAt {
                 0
             },
         }
+    }
+
+    /// The work of slice `s` of this step (elements of `sz` bytes); the
+    /// next slice starts after it.
+    #[inline(always)]
+    fn next_slice(&mut self, ch: &Channel, s: SliceAt, sz: u64) -> SliceWork {
+        let (w, g) = (ch.work, &ch.work.geometry);
+        let len = self.slices[s.sub as usize];
+        let slot = |base: u64, seq: Option<u64>| {
+            base + seq.map_or(0, |j| w.sizing.slot_offset(j)) + self.residue
+        };
+        let work = SliceWork {
+            prim: ch.sched.prim(s.step).index(),
+            incoming: slot(ch.chan.this_staging, s.recv),
+            next: slot(ch.chan.next_staging, s.send),
+            own: w.send + (self.block * g.in_stride + self.off) * sz,
+            out: w.recv + (self.block * g.out_stride + self.off) * sz,
+            len,
+        };
+        self.off += len;
+        work
     }
 }
 

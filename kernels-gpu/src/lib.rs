@@ -50,7 +50,7 @@ pub use abi::{
     Algorithm, ChannelConn, Collective, DirectPeer, RankConn, RankInfo, StatusRecord, WaitKind,
     WaitOutcome, Work,
 };
-pub use device::{Device, Handoff, Scope};
+pub use device::{Device, Handoff, Scope, SliceWork, RELEASE_SLOTS, SLICE_WORDS};
 pub use element::{DataType, Element};
 pub use op::{Avg, Max, Min, Op, Prod, ReduceOp, Sum};
 pub use plan::{Chunking, Geometry, PlanError, Sizing};

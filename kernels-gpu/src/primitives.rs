@@ -1,7 +1,7 @@
 //! The step primitives, each a thin wrapper over the one generic
 //! [`transfer`]: what a producer lane does with one slice.
 
-use crate::device::Device;
+use crate::device::{Device, SliceWork};
 use crate::element::Element;
 use crate::op::ReduceOp;
 use crate::schedule::Prim;
@@ -18,6 +18,19 @@ pub struct Slot<T> {
     pub next: *mut T,
     /// The slice of our output.
     pub out: *mut T,
+}
+
+impl<T> Slot<T> {
+    /// The addresses the control lane released a slice with.
+    #[inline(always)]
+    pub fn of(w: SliceWork) -> Self {
+        Slot {
+            incoming: w.incoming as *const T,
+            own: w.own as *const T,
+            next: w.next as *mut T,
+            out: w.out as *mut T,
+        }
+    }
 }
 
 /// What every transfer of a producer lane shares.

@@ -3,7 +3,7 @@
 //! producer lane has its own release barrier per parity, as each GPU warp
 //! polls the release count on its own.
 
-use ringreduce_kernels::{Device, Handoff, Scope};
+use ringreduce_kernels::{Device, Handoff, Scope, SliceWork, RELEASE_SLOTS, SLICE_WORDS};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
@@ -179,14 +179,15 @@ impl ArriveBarrier {
     }
 }
 
-/// What the lanes of one block share besides memory: the barriers and the
-/// block's `failed` word.
+/// What the lanes of one block share besides memory: the barriers, the
+/// block's `failed` word and the released slices' work.
 pub struct BlockSync {
     block: OrBarrier,
     done: [ArriveBarrier; 2],
     /// Per producer lane, per parity: that lane and the control lane.
     release: Vec<[ArriveBarrier; 2]>,
     failed: AtomicBool,
+    slices: [[AtomicU64; SLICE_WORDS]; RELEASE_SLOTS],
 }
 
 impl BlockSync {
@@ -198,6 +199,7 @@ impl BlockSync {
                 .map(|_| [0, 1].map(|_| ArriveBarrier::new(2)))
                 .collect(),
             failed: AtomicBool::new(false),
+            slices: Default::default(),
         }
     }
 
@@ -222,18 +224,28 @@ pub struct Lane<'a> {
 
 // SAFETY: the barriers order memory through their mutex.
 unsafe impl Handoff for Lane<'_> {
-    fn release(&self, slice: u64, failed: bool) {
+    fn release(&self, slice: u64, failed: bool, work: SliceWork) {
         let parity = slice & 1;
-        // The barriers' mutexes order this store before the released reads.
+        // The barriers' mutexes order these stores before the released reads.
+        let slot = &self.sync.slices[slice as usize % RELEASE_SLOTS];
+        for (w, v) in slot.iter().zip(work.to_words()) {
+            w.store(v, Ordering::Relaxed);
+        }
         self.sync.failed.store(failed, Ordering::Relaxed);
         for r in &self.sync.release {
             r[parity as usize].arrive();
         }
     }
-    fn await_release(&self, slice: u64) -> bool {
+    fn await_release(&self, slice: u64) -> Option<SliceWork> {
         let parity = slice & 1;
         self.sync.release[self.tid as usize][parity as usize].wait(self.trap);
-        self.sync.failed.load(Ordering::Relaxed)
+        if self.sync.failed.load(Ordering::Relaxed) {
+            return None;
+        }
+        let slot = &self.sync.slices[slice as usize % RELEASE_SLOTS];
+        Some(SliceWork::from_words(
+            slot.each_ref().map(|w| w.load(Ordering::Relaxed)),
+        ))
     }
     fn arrive_done(&self, parity: u64) {
         self.sync.done[parity as usize].arrive()

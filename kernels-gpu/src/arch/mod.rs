@@ -24,6 +24,17 @@ macro_rules! block_released_word {
     };
 }
 
+/// The name of the block's [`RELEASE_SLOTS`](crate::device::RELEASE_SLOTS)
+/// released slices' [`SliceWork`](crate::device::SliceWork), which the
+/// control lane writes before each release (declared like
+/// [`block_failed_word`]).
+#[macro_export]
+macro_rules! block_slices_array {
+    () => {
+        "ringreduce_block_slices"
+    };
+}
+
 /// The name of the block's private histogram of the gradient layer's
 /// radix select: [`SELECT_BINS`](crate::abi::SELECT_BINS) `u32` bins.
 #[macro_export]
@@ -39,10 +50,14 @@ pub const SHARED_DECLARATIONS: &str = concat!(
     block_failed_word!(),
     ";\n.shared .align 4 .u32 ",
     block_released_word!(),
-    ";\n.shared .align 4 .b8 ",
+    ";\n.shared .align 8 .b8 ",
+    block_slices_array!(),
+    "[96];\n.shared .align 4 .b8 ",
     block_hist_array!(),
     "[1024];"
 );
+// The released slices' declared bytes above.
+const _: () = assert!(crate::device::RELEASE_SLOTS * crate::device::SLICE_WORDS * 8 == 96);
 // The histogram's declared bytes above.
 const _: () = assert!(crate::abi::SELECT_BINS * 4 == 1024);
 

@@ -4,7 +4,7 @@
 //! reads of a local entry's argument in param space.
 
 use crate::abi::SELECT_BINS;
-use crate::device::{Device, Handoff, Scope};
+use crate::device::{Device, Handoff, Scope, SliceWork, RELEASE_SLOTS, SLICE_WORDS};
 use core::arch::asm;
 
 /// A 32-bit access `$op` to the block's shared word named by the macro
@@ -39,11 +39,20 @@ pub struct Gpu<const THREADS: u32> {
 const DONE_BARRIER: u32 = 1;
 
 unsafe impl<const THREADS: u32> Handoff for Gpu<THREADS> {
-    /// Publishes `failed`, then the count of released slices, in the
-    /// block's shared words; the release store orders the flag acquire and
-    /// `failed` before the producers' acquire of the count.
+    /// Publishes the slice's work (unless `failed`), `failed`, then the
+    /// count of released slices, in the block's shared memory; the release
+    /// store orders the flag acquire, the work and `failed` before the
+    /// producers' acquire of the count.
     #[inline(always)]
-    fn release(&self, slice: u64, failed: bool) {
+    fn release(&self, slice: u64, failed: bool, work: SliceWork) {
+        if !failed {
+            for (w, v) in work.to_words().into_iter().enumerate() {
+                // SAFETY: the slot's word, declared in `SHARED_DECLARATIONS`.
+                unsafe {
+                    asm!("st.shared.u64 [{a}], {v};", a = in(reg64) slice_word(slice, w), v = in(reg64) v, options(nostack))
+                };
+            }
+        }
         store_shared!("st.volatile.shared.u32", block_failed_word, failed as u32);
         store_shared!(
             "st.release.cta.shared.u32",
@@ -58,9 +67,9 @@ unsafe impl<const THREADS: u32> Handoff for Gpu<THREADS> {
     }
 
     /// Spins on the shared count of released slices (each warp alone, so no
-    /// warp waits for a slower one), then reads `failed`.
+    /// warp waits for a slower one), then reads `failed` and the work.
     #[inline(always)]
-    fn await_release(&self, slice: u64) -> bool {
+    fn await_release(&self, slice: u64) -> Option<SliceWork> {
         let want = slice as u32;
         // The count runs at most two slices ahead of any producer, so a
         // wrapping difference decides.
@@ -68,7 +77,18 @@ unsafe impl<const THREADS: u32> Handoff for Gpu<THREADS> {
             as i32)
             <= 0
         {}
-        load_shared!("ld.volatile.shared.u32", block_failed_word) != 0
+        if load_shared!("ld.volatile.shared.u32", block_failed_word) != 0 {
+            return None;
+        }
+        let mut words = [0u64; SLICE_WORDS];
+        for (w, v) in words.iter_mut().enumerate() {
+            // SAFETY: as in `release`; not `pure`, so that LLVM keeps it
+            // after the acquire.
+            unsafe {
+                asm!("ld.shared.u64 {v}, [{a}];", v = out(reg64) *v, a = in(reg64) slice_word(slice, w), options(nostack, readonly))
+            };
+        }
+        Some(SliceWork::from_words(words))
     }
 
     #[inline(always)]
@@ -408,6 +428,21 @@ unsafe impl crate::device::Lanes for GpuLanes {
             b += ntid;
         }
     }
+}
+
+/// The shared-memory address of word `w` of the [`SliceWork`] of released
+/// slice `slice`.
+#[inline(always)]
+fn slice_word(slice: u64, w: usize) -> u64 {
+    let a: u64;
+    unsafe {
+        asm!(
+            concat!("mov.u64 {a}, ", crate::block_slices_array!(), ";"),
+            a = out(reg64) a,
+            options(nomem, nostack, pure)
+        )
+    };
+    a + ((slice % RELEASE_SLOTS as u64) * SLICE_WORDS as u64 + w as u64) * 8
 }
 
 /// The shared-memory address of bin `b` of the block's histogram.

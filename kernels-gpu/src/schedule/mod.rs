@@ -32,6 +32,27 @@ pub enum Prim {
 }
 
 impl Prim {
+    /// The primitive as a word of [`SliceWork`](crate::device::SliceWork).
+    #[inline(always)]
+    pub fn index(self) -> u64 {
+        self as u64
+    }
+
+    /// The primitive of [`Prim::index`] `i`, if any.
+    #[inline(always)]
+    pub fn from_index(i: u64) -> Option<Prim> {
+        Some(match i {
+            0 => Prim::Send,
+            1 => Prim::RecvReduceSend,
+            2 => Prim::RecvReduceCopy,
+            3 => Prim::RecvReduceCopySend,
+            4 => Prim::CopySend,
+            5 => Prim::RecvCopySend,
+            6 => Prim::RecvCopy,
+            _ => return None,
+        })
+    }
+
     /// Whether the step fills a slot of the successor's staging.
     #[inline(always)]
     pub fn sends(self) -> bool {
@@ -114,6 +135,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn every_primitive_survives_its_index() {
+        let all = [
+            Prim::Send,
+            Prim::RecvReduceSend,
+            Prim::RecvReduceCopy,
+            Prim::RecvReduceCopySend,
+            Prim::CopySend,
+            Prim::RecvCopySend,
+            Prim::RecvCopy,
+        ];
+        for (i, p) in all.into_iter().enumerate() {
+            assert_eq!(p.index(), i as u64);
+            assert_eq!(Prim::from_index(p.index()), Some(p));
+        }
+        assert_eq!(Prim::from_index(all.len() as u64), None);
+        assert_eq!(Prim::from_index(u64::MAX), None);
     }
 
     #[test]
