@@ -7,9 +7,9 @@
 //! out where every slice lies. For slice `i` the control lane waits for the
 //! slice's flags, releases the producers into it with its addresses (a
 //! count of released slices that each producer warp polls on its own, so no
-//! producer waits for another), then waits until
-//! every producer reported slice `i - 1` done and publishes that slice. So
-//! the flag round trips overlap data movement (`bench/NOTES.md`).
+//! producer waits for another), then waits until every producer reported
+//! slice `i - 1` done and publishes that slice. So the flag round trips
+//! overlap data movement (`bench/NOTES.md`).
 //!
 //! Flow control is NCCL 2's: each channel's staging is a ring of
 //! [`STAGING_SLOTS`] slots. Send number `j` (counted over the channel's
