@@ -166,6 +166,19 @@ impl Chunking {
         }
     }
 
+    /// Whole tiles in `x` elements, and the elements left over. The GPU's
+    /// tile is a power of two, and shifts spare the control lane a 64-bit
+    /// division subroutine on every step of a short chunk.
+    #[inline]
+    fn tiles_of(&self, x: u64) -> (u64, u64) {
+        let t = self.tile_elems;
+        if t.is_power_of_two() {
+            (x >> t.trailing_zeros(), x & (t - 1))
+        } else {
+            (x / t, x % t)
+        }
+    }
+
     /// Elements of each subchunk's slice in chunk `c` of a share of `len`
     /// elements. A full chunk is two full slices. A short one is cut into
     /// whole tiles shared as evenly as possible between the slices, the
@@ -177,8 +190,7 @@ impl Chunking {
         if c + 1 < self.num_chunks && left >= self.chunk_elems {
             return [self.slice_elems, self.slice_elems];
         }
-        let tiles = left / self.tile_elems;
-        let tail = left % self.tile_elems;
+        let (tiles, tail) = self.tiles_of(left);
         [
             tiles.div_ceil(2) * self.tile_elems,
             (tiles / 2) * self.tile_elems + tail,
@@ -329,6 +341,19 @@ where
 mod tests {
     use super::*;
     use crate::abi::{Collective, CPU_THREADS, GPU_THREADS};
+
+    #[test]
+    fn tiles_of_divides_by_any_tile() {
+        for t in [1u64, 3, 512, 768, 4096, 8192, 1 << 20] {
+            let c = Chunking {
+                tile_elems: t,
+                ..Chunking::default()
+            };
+            for x in [0u64, 1, t - 1, t, t + 1, 7 * t + 5, u64::MAX] {
+                assert_eq!(c.tiles_of(x), (x / t, x % t), "tile {t} x {x}");
+            }
+        }
+    }
 
     #[test]
     fn default_buffer_f32() {

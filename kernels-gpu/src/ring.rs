@@ -8,8 +8,16 @@
 #[inline]
 pub fn ring_index_for_step(k: u64, pos: u64, step: u64) -> u64 {
     // step < 2k - 1 (an all-reduce's steps) and pos < k, so
-    // 2k - 1 - step + pos never underflows.
-    (2 * k + pos - 1 - step) % k
+    // 2k - 1 - step + pos lies in 1..=3k - 2: two subtractions of k reduce
+    // it. The control lane works this out every step, where `%` by a
+    // run-time `k` is a 64-bit division subroutine on the GPU.
+    let mut i = 2 * k + pos - 1 - step;
+    for _ in 0..2 {
+        if i >= k {
+            i -= k;
+        }
+    }
+    i
 }
 
 /// The user rank of the block handled at `step` by ring position `pos`.
@@ -73,6 +81,21 @@ mod tests {
                     assert_eq!(
                         block_for_step(order, pos, step),
                         block_for_step(order, pred, step - 1)
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ring_index_is_the_rule_mod_k() {
+        for k in 1..70u64 {
+            for pos in 0..k {
+                for step in 0..2 * k - 1 {
+                    assert_eq!(
+                        ring_index_for_step(k, pos, step),
+                        (2 * k + pos - 1 - step) % k,
+                        "k {k} pos {pos} step {step}"
                     );
                 }
             }
