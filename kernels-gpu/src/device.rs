@@ -15,10 +15,10 @@ pub enum Scope {
 /// One released slice, as the control lane hands it to the producers:
 /// the step primitive ([`Prim::index`](crate::schedule::Prim::index)), its
 /// four addresses (see [`Slot`](crate::primitives::Slot)) and its length
-/// in elements. The control lane works these out while it waits anyway, so
-/// a producer keeps only its loop counter in registers across a slice: with
-/// the engine's whole state live there, ptxas issued ten of a round's
-/// sixteen loads and waited before the rest (`bench/NOTES.md`).
+/// in elements. The control lane works these out, so that a producer keeps
+/// only its loop counter in registers across a slice: with the engine's
+/// whole state live there, ptxas issued ten of a round's sixteen loads and
+/// waited before the rest (`bench/NOTES.md`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SliceWork {

@@ -48,8 +48,10 @@ unsafe impl<const THREADS: u32> Handoff for Gpu<THREADS> {
         if !failed {
             for (w, v) in work.to_words().into_iter().enumerate() {
                 // SAFETY: the slot's word, declared in `SHARED_DECLARATIONS`.
+                // Volatile like the `failed` word: each word is then a strong
+                // access, ordered by the release below, and no data race.
                 unsafe {
-                    asm!("st.shared.u64 [{a}], {v};", a = in(reg64) slice_word(slice, w), v = in(reg64) v, options(nostack))
+                    asm!("st.volatile.shared.u64 [{a}], {v};", a = in(reg64) slice_word(slice, w), v = in(reg64) v, options(nostack))
                 };
             }
         }
@@ -85,7 +87,7 @@ unsafe impl<const THREADS: u32> Handoff for Gpu<THREADS> {
             // SAFETY: as in `release`; not `pure`, so that LLVM keeps it
             // after the acquire.
             unsafe {
-                asm!("ld.shared.u64 {v}, [{a}];", v = out(reg64) *v, a = in(reg64) slice_word(slice, w), options(nostack, readonly))
+                asm!("ld.volatile.shared.u64 {v}, [{a}];", v = out(reg64) *v, a = in(reg64) slice_word(slice, w), options(nostack, readonly))
             };
         }
         Some(SliceWork::from_words(words))
