@@ -293,6 +293,9 @@ unsafe fn producer_lane<D: Device + Handoff, T: Element, O: ReduceOp, const THRE
     }
 }
 
+// `StepAt::next_slice` picks a step's slice by a select of two.
+const _: () = assert!(NUM_SUBCHUNKS == 2);
+
 /// Where the slices of one step lie, as the control lane tracks them.
 #[derive(Default)]
 struct StepAt {
@@ -329,7 +332,13 @@ impl StepAt {
     #[inline(always)]
     fn next_slice(&mut self, ch: &Channel, s: SliceAt, sz: u64) -> SliceWork {
         let (w, g) = (ch.work, &ch.work.geometry);
-        let len = self.slices[s.sub as usize];
+        // A select, not an index: a run-time index puts the array in local
+        // memory, a round trip on the control lane's path.
+        let len = if s.sub == 0 {
+            self.slices[0]
+        } else {
+            self.slices[NUM_SUBCHUNKS as usize - 1]
+        };
         let slot = |base: u64, seq: Option<u64>| {
             base + seq.map_or(0, |j| w.sizing.slot_offset(j)) + self.residue
         };

@@ -50,7 +50,7 @@ pub const SHARED_DECLARATIONS: &str = concat!(
     block_failed_word!(),
     ";\n.shared .align 4 .u32 ",
     block_released_word!(),
-    ";\n.shared .align 8 .b8 ",
+    ";\n.shared .align 16 .b8 ",
     block_slices_array!(),
     "[96];\n.shared .align 4 .b8 ",
     block_hist_array!(),

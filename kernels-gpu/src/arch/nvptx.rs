@@ -46,14 +46,22 @@ unsafe impl<const THREADS: u32> Handoff for Gpu<THREADS> {
     #[inline(always)]
     fn release(&self, slice: u64, failed: bool, work: SliceWork) {
         if !failed {
-            for (w, v) in work.to_words().into_iter().enumerate() {
-                // SAFETY: the slot's word, declared in `SHARED_DECLARATIONS`.
-                // Volatile like the `failed` word: each word is then a strong
-                // access, ordered by the release below, and no data race.
-                unsafe {
-                    asm!("st.volatile.shared.u64 [{a}], {v};", a = in(reg64) slice_word(slice, w), v = in(reg64) v, options(nostack))
-                };
-            }
+            let w = work.to_words();
+            // SAFETY: the slot, declared in `SHARED_DECLARATIONS` with the
+            // 16-byte alignment of each pair. Spelled out, not a loop over
+            // the words, which LLVM kept in local memory. Volatile like the
+            // `failed` word: strong accesses, ordered by the release below.
+            unsafe {
+                asm!(
+                    "st.volatile.shared.v2.u64 [{a}], {{{w0}, {w1}}};",
+                    "st.volatile.shared.v2.u64 [{a}+16], {{{w2}, {w3}}};",
+                    "st.volatile.shared.v2.u64 [{a}+32], {{{w4}, {w5}}};",
+                    a = in(reg64) slice_slot(slice),
+                    w0 = in(reg64) w[0], w1 = in(reg64) w[1], w2 = in(reg64) w[2],
+                    w3 = in(reg64) w[3], w4 = in(reg64) w[4], w5 = in(reg64) w[5],
+                    options(nostack)
+                )
+            };
         }
         store_shared!("st.volatile.shared.u32", block_failed_word, failed as u32);
         store_shared!(
@@ -82,14 +90,21 @@ unsafe impl<const THREADS: u32> Handoff for Gpu<THREADS> {
         if load_shared!("ld.volatile.shared.u32", block_failed_word) != 0 {
             return None;
         }
-        let mut words = [0u64; SLICE_WORDS];
-        for (w, v) in words.iter_mut().enumerate() {
-            // SAFETY: as in `release`; not `pure`, so that LLVM keeps it
-            // after the acquire.
-            unsafe {
-                asm!("ld.volatile.shared.u64 {v}, [{a}];", v = out(reg64) *v, a = in(reg64) slice_word(slice, w), options(nostack, readonly))
-            };
-        }
+        let (w0, w1, w2, w3, w4, w5): (u64, u64, u64, u64, u64, u64);
+        // SAFETY: as in `release`; not `pure`, so that LLVM keeps it after
+        // the acquire.
+        unsafe {
+            asm!(
+                "ld.volatile.shared.v2.u64 {{{w0}, {w1}}}, [{a}];",
+                "ld.volatile.shared.v2.u64 {{{w2}, {w3}}}, [{a}+16];",
+                "ld.volatile.shared.v2.u64 {{{w4}, {w5}}}, [{a}+32];",
+                a = in(reg64) slice_slot(slice),
+                w0 = out(reg64) w0, w1 = out(reg64) w1, w2 = out(reg64) w2,
+                w3 = out(reg64) w3, w4 = out(reg64) w4, w5 = out(reg64) w5,
+                options(nostack, readonly)
+            )
+        };
+        let words = [w0, w1, w2, w3, w4, w5];
         Some(SliceWork::from_words(words))
     }
 
@@ -432,10 +447,10 @@ unsafe impl crate::device::Lanes for GpuLanes {
     }
 }
 
-/// The shared-memory address of word `w` of the [`SliceWork`] of released
-/// slice `slice`.
+/// The shared-memory address of the [`SliceWork`] of released slice
+/// `slice`.
 #[inline(always)]
-fn slice_word(slice: u64, w: usize) -> u64 {
+fn slice_slot(slice: u64) -> u64 {
     let a: u64;
     unsafe {
         asm!(
@@ -444,8 +459,11 @@ fn slice_word(slice: u64, w: usize) -> u64 {
             options(nomem, nostack, pure)
         )
     };
-    a + ((slice % RELEASE_SLOTS as u64) * SLICE_WORDS as u64 + w as u64) * 8
+    a + (slice % RELEASE_SLOTS as u64) * SLICE_WORDS as u64 * 8
 }
+
+// `release` and `await_release` move a slot as three 16-byte pairs.
+const _: () = assert!(SLICE_WORDS == 6 && (SLICE_WORDS * 8) % 16 == 0);
 
 /// The shared-memory address of bin `b` of the block's histogram.
 #[inline(always)]
