@@ -92,6 +92,11 @@ pub struct BenchArgs {
     /// turn, then auto, and compares auto with the best of them per size.
     #[arg(long = "algo", value_parser = algo_arg)]
     pub algo: Option<AlgoArg>,
+    /// With `--algo all`: time `Auto` and the fastest forced algorithm
+    /// again at each size, in this many alternating windows each per
+    /// placement, so that drift between the sweeps cancels (0: off).
+    #[arg(long = "rematch", default_value_t = 0)]
+    pub rematch: usize,
     /// Direct staging per rank (each of its two halves); default the
     /// library's (2 MiB). A forced direct algorithm needs the call to fit.
     #[arg(long = "direct-bytes", value_parser = size_arg)]

@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod nccl;
 pub mod plot;
 pub mod probe;
+pub mod rematch;
 pub mod report;
 pub mod run;
 pub mod sizes;

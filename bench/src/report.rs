@@ -148,6 +148,10 @@ pub struct Report {
     pub nccl_note: Option<String>,
     pub out_of_bounds: u64,
     pub avg_busbw: f64,
+    /// With `--rematch`: `Auto` and the fastest forced algorithm at each
+    /// size, timed again in alternating windows (see `crate::rematch`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub auto_rematch: Vec<crate::table::AutoVsBest>,
 }
 
 /// Seconds since the epoch as an ISO-8601 UTC timestamp.

@@ -11,7 +11,7 @@ use crate::nccl;
 use crate::plot;
 use crate::report::{now_iso, Ceilings, Perf, Report, Row, SCHEMA_VERSION};
 use crate::sizes::sweep;
-use crate::table;
+use crate::table::{self, AutoVsBest};
 use cudarc::driver::sys;
 use indicatif::{ProgressBar, ProgressStyle};
 use ringreduce::{
@@ -126,6 +126,9 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         return Err("-g must be at least 1".into());
     }
     // Every argument is checked before anything is printed.
+    if args.rematch > 0 && args.algo != Some(AlgoArg::All) {
+        return Err("--rematch needs --algo all".into());
+    }
     args.dtypes()?;
     args.ops()?;
     sweep(args.min_bytes, args.max_bytes, args.factor, args.increment)?;
@@ -222,9 +225,11 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         nccl_note: None,
         out_of_bounds: 0,
         avg_busbw: 0.0,
+        auto_rematch: vec![],
     };
 
     let mut per_algo: Vec<(Option<Algo>, Vec<Row>)> = Vec::new();
+    let rematched;
     if use_gpu {
         let ctx = ringreduce::gpu::open_device(0).map_err(|e| e.to_string())?;
         report.device = ctx.name().map_err(|e| e.to_string())?;
@@ -243,6 +248,7 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
             busbw_ceiling: Some(c.block_copy_gbps),
             ranks_here,
         };
+        let mut comms = Vec::new();
         for (i, a) in args.algos().into_iter().enumerate() {
             let comm = Communicator::with_placement(&devices, with_algo(&config, a))
                 .map_err(|e| e.to_string())?;
@@ -265,14 +271,17 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
             }
             let rows = sweep_all(args, &comm, &points_for(&pts, a), judge, "1-block copy")?;
             per_algo.push((a, rows));
+            comms.push((a, comm));
         }
         report.ceilings = Some(c);
+        rematched = rematch_all(args, &comms, &pts, &per_algo)?;
     } else {
         let judge = Judge {
             ceilings: None,
             busbw_ceiling: None,
             ranks_here: args.ranks,
         };
+        let mut comms = Vec::new();
         for (i, a) in args.algos().into_iter().enumerate() {
             let comm = CpuCommunicator::with_config(args.ranks, with_algo(&config, a))
                 .map_err(|e| e.to_string())?;
@@ -285,11 +294,25 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
             }
             let rows = sweep_all(args, &comm, &points_for(&pts, a), judge, "(none: CPU)")?;
             per_algo.push((a, rows));
+            comms.push((a, comm));
         }
+        rematched = rematch_all(args, &comms, &pts, &per_algo)?;
     }
     if args.algo == Some(AlgoArg::All) {
-        print!("{}", table::auto_vs_best(&per_algo));
+        let how = "mean of out-of-place and in-place";
+        print!(
+            "{}",
+            table::auto_vs_best(&table::compare_auto(&per_algo), how)
+        );
     }
+    if !rematched.is_empty() {
+        let how = format!(
+            "timed again in {} alternating windows per placement, mean of both",
+            args.rematch
+        );
+        print!("{}", table::auto_vs_best(&rematched, &how));
+    }
+    report.auto_rematch = rematched;
     report.rows = per_algo.into_iter().flat_map(|(_, rows)| rows).collect();
 
     if args.vs_nccl {
@@ -381,6 +404,21 @@ fn grad_main(
     Ok(0)
 }
 
+/// With `--rematch`, `Auto` and the fastest forced algorithm at each size
+/// timed again side by side (see [`crate::rematch`]); otherwise nothing.
+fn rematch_all<C: Clock>(
+    args: &BenchArgs,
+    comms: &[(Option<Algo>, C)],
+    pts: &[Point],
+    per_algo: &[(Option<Algo>, Vec<Row>)],
+) -> Result<Vec<AutoVsBest>, String> {
+    if args.rematch == 0 {
+        return Ok(Vec::new());
+    }
+    let rows = table::compare_auto(per_algo);
+    crate::rematch::rematch(args, comms, pts, &rows).map_err(|e| e.to_string())
+}
+
 /// Whether `comm` can run algorithm `a` at all: a forced local algorithm
 /// needs every rank in one launch, and `--algo all` skips it where they
 /// are not (saying so).
@@ -433,7 +471,7 @@ fn driver_version() -> String {
 
 /// nccl-tests shifts each iteration's buffers by one message within the
 /// allocation, so back-to-back iterations do not hit the same cache lines.
-fn shift(iter: usize, size: u64, max: u64) -> u64 {
+pub(crate) fn shift(iter: usize, size: u64, max: u64) -> u64 {
     let steps = max.checked_div(size).unwrap_or(1).max(1);
     iter as u64 % steps
 }
@@ -478,16 +516,16 @@ fn sweep_all<C: Clock>(
 
 /// Each rank's buffers: `send` and `recv` sized for the largest point,
 /// with room for nccl-tests' shifting.
-struct Bufs<B> {
-    send: Vec<B>,
-    recv: Vec<B>,
+pub(crate) struct Bufs<B> {
+    pub send: Vec<B>,
+    pub recv: Vec<B>,
 }
 
 /// The regions of one call of collective `c` with count `n`, `sh`
 /// messages into the buffers. In place, the buffer that holds every block
 /// is used: `send` for a reduce-scatter and an all-reduce, `recv` for an
 /// all-gather.
-fn regions<'a, B>(
+pub(crate) fn regions<'a, B>(
     c: Collective,
     k: usize,
     n: usize,
@@ -574,29 +612,21 @@ fn type_sweep<C: Clock, T: RsElement + FromSmall>(
             };
             let mut windows = Vec::new();
             for _ in 0..args.repeats {
-                let (start, stop, per) = match &graph {
+                let w = match &graph {
                     Some(g) => {
                         // The first replay uploads the graph.
                         comm.replay(g)?;
                         let start = comm.mark()?;
                         comm.replay(g)?;
-                        (start, comm.mark()?, None)
+                        let stop = comm.mark()?;
+                        (
+                            comm.elapsed_us(&start, &stop)? / args.iters.max(1) as f64,
+                            None,
+                        )
                     }
-                    None => {
-                        let start = comm.mark()?;
-                        let t0 = Instant::now();
-                        for it in 0..args.iters {
-                            launch(it)?;
-                            if args.blocking {
-                                comm.synchronize()?;
-                            }
-                        }
-                        let per = t0.elapsed().as_secs_f64() * 1e6 / args.iters.max(1) as f64;
-                        (start, comm.mark()?, (!args.blocking).then_some(per))
-                    }
+                    None => window(args, comm, &mut launch)?,
                 };
-                let t = comm.elapsed_us(&start, &stop)? / args.iters.max(1) as f64;
-                windows.push((t, per));
+                windows.push(w);
             }
             // The median window by time, with its own host time.
             windows.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -631,9 +661,36 @@ fn type_sweep<C: Clock, T: RsElement + FromSmall>(
     Ok(rows)
 }
 
+/// One timed window: `iters` calls launched back to back between two
+/// marks. Returns the device time per call (µs) and, unless `-z 1`, the
+/// host's time to enqueue one.
+pub(crate) fn window<C: Clock>(
+    args: &BenchArgs,
+    comm: &C,
+    launch: &mut dyn FnMut(usize) -> ringreduce::Result<()>,
+) -> ringreduce::Result<(f64, Option<f64>)> {
+    let start = comm.mark()?;
+    let t0 = Instant::now();
+    for it in 0..args.iters {
+        launch(it)?;
+        if args.blocking {
+            comm.synchronize()?;
+        }
+    }
+    let per = t0.elapsed().as_secs_f64() * 1e6 / args.iters.max(1) as f64;
+    let stop = comm.mark()?;
+    let t = comm.elapsed_us(&start, &stop)? / args.iters.max(1) as f64;
+    Ok((t, (!args.blocking).then_some(per)))
+}
+
 /// Every rank's exact-check data, one thread per rank: at 1 GiB per rank
 /// filling is what a sweep's large sizes wait for.
-fn fill_all<T: RsElement + FromSmall>(op: Op, k: usize, len: usize, seed: u64) -> Vec<Vec<T>> {
+pub(crate) fn fill_all<T: RsElement + FromSmall>(
+    op: Op,
+    k: usize,
+    len: usize,
+    seed: u64,
+) -> Vec<Vec<T>> {
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..k)
             .map(|u| s.spawn(move || fill::<T>(op, k, u, len, seed)))

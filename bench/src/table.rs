@@ -3,6 +3,7 @@
 
 use crate::report::{Ceilings, Perf, Report, Row};
 use ringreduce::Algo;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
 /// nccl-tests' time format: fewer decimals as the time grows.
@@ -178,9 +179,9 @@ pub fn preamble(r: &Report) -> String {
     s
 }
 
-/// How much slower `Auto` is than the fastest forced algorithm, worst over
-/// both placements, for rows of one collective and size.
-#[derive(Debug, Clone, PartialEq)]
+/// How much slower `Auto` is than the fastest forced algorithm, for rows
+/// of one collective and size (times are the mean of both placements).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AutoVsBest {
     pub collective: String,
     pub size: u64,
@@ -190,6 +191,10 @@ pub struct AutoVsBest {
     /// What `Auto` ran, and its time (µs).
     pub auto: String,
     pub auto_us: f64,
+    /// The sweeps (indices into `per_algo`) the two rows came from, so
+    /// that they can be timed again on the same communicators.
+    #[serde(skip)]
+    pub sweeps: (usize, usize),
 }
 
 impl AutoVsBest {
@@ -205,15 +210,16 @@ pub fn compare_auto(per_algo: &[(Option<Algo>, Vec<Row>)]) -> Vec<AutoVsBest> {
     let mean = |r: &Row| (r.out_of_place.time_us + r.in_place.time_us) / 2.0;
     let is_auto = |a: &Option<Algo>| matches!(a, None | Some(Algo::Auto));
     let mut out = Vec::new();
-    for (_, rows) in per_algo.iter().filter(|(a, _)| is_auto(a)) {
+    for (ai, (_, rows)) in per_algo.iter().enumerate().filter(|(_, (a, _))| is_auto(a)) {
         for r in rows {
             let best = per_algo
                 .iter()
-                .filter(|(a, _)| !is_auto(a))
-                .flat_map(|(_, rows)| rows)
-                .filter(|f| f.collective == r.collective && f.size == r.size)
-                .min_by(|x, y| mean(x).total_cmp(&mean(y)));
-            if let Some(b) = best {
+                .enumerate()
+                .filter(|(_, (a, _))| !is_auto(a))
+                .flat_map(|(i, (_, rows))| rows.iter().map(move |f| (i, f)))
+                .filter(|(_, f)| f.collective == r.collective && f.size == r.size)
+                .min_by(|x, y| mean(x.1).total_cmp(&mean(y.1)));
+            if let Some((bi, b)) = best {
                 out.push(AutoVsBest {
                     collective: r.collective.clone(),
                     size: r.size,
@@ -221,6 +227,7 @@ pub fn compare_auto(per_algo: &[(Option<Algo>, Vec<Row>)]) -> Vec<AutoVsBest> {
                     best_us: mean(b),
                     auto: r.algorithm.clone(),
                     auto_us: mean(r),
+                    sweeps: (ai, bi),
                 });
             }
         }
@@ -229,13 +236,13 @@ pub fn compare_auto(per_algo: &[(Option<Algo>, Vec<Row>)]) -> Vec<AutoVsBest> {
 }
 
 /// The `--algo all` table: per collective and size, the fastest forced
-/// algorithm, what `Auto` chose, and how much slower it was.
-pub fn auto_vs_best(per_algo: &[(Option<Algo>, Vec<Row>)]) -> String {
-    let rows = compare_auto(per_algo);
-    let mut s = String::from(
-        "#\n# Auto against the fastest forced algorithm (mean of out-of-place and in-place):\n#  collective          size       best  best(us)       auto  auto(us)  auto/best\n",
+/// algorithm, what `Auto` chose, and how much slower it was; `how` says
+/// how the times were taken.
+pub fn auto_vs_best(rows: &[AutoVsBest], how: &str) -> String {
+    let mut s = format!(
+        "#\n# Auto against the fastest forced algorithm ({how}):\n#  collective          size       best  best(us)       auto  auto(us)  auto/best\n",
     );
-    for r in &rows {
+    for r in rows {
         writeln!(
             s,
             "  {:<14} {:>10} {:>10} {:>9.2} {:>10} {:>9.2} {:>10.3}",
@@ -375,14 +382,14 @@ mod tests {
             ("ring", "one-shot")
         );
         assert!((got[1].ratio() - 31.0 / 21.0).abs() < 1e-12);
-        let text = auto_vs_best(&per_algo);
+        assert_eq!((got[0].sweeps, got[1].sweeps), ((2, 1), (2, 0)));
+        let text = auto_vs_best(&got, "mean");
         assert!(text.contains("worst ratio to the best: 1.476"));
         assert!(text.contains(
             "fastest algorithm at 1 of 2 sizes; worst ratio where it ran another: 1.476"
         ));
         let same = vec![per_algo[1].clone(), per_algo[2].clone()];
-        assert!(
-            auto_vs_best(&same).contains("at 2 of 2 sizes; worst ratio where it ran another: none")
-        );
+        let text = auto_vs_best(&compare_auto(&same), "mean");
+        assert!(text.contains("at 2 of 2 sizes; worst ratio where it ran another: none"));
     }
 }

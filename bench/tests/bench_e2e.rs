@@ -179,6 +179,7 @@ fn json_schema_is_stable() {
         nccl_note: None,
         out_of_bounds: 0,
         avg_busbw: 1.0,
+        auto_rematch: vec![],
     };
     let v = serde_json::to_value(&r).unwrap();
     let mut keys = Vec::new();
@@ -259,11 +260,19 @@ fn every_algorithm_then_auto_against_the_best() {
             .output()
             .expect("run the bench")
     };
-    let out = run(&["--algo", "all", "-J", json.to_str().unwrap()]);
+    let out = run(&[
+        "--algo",
+        "all",
+        "--rematch",
+        "2",
+        "-J",
+        json.to_str().unwrap(),
+    ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
-    assert!(stdout.contains("Auto against the fastest forced algorithm"));
+    assert!(stdout.contains("Auto against the fastest forced algorithm (mean"));
     assert!(stdout.contains("Auto worst ratio to the best:"));
+    assert!(stdout.contains("(timed again in 2 alternating windows per placement"));
     let r: Report = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(r.algorithm, "all");
     // 3 sizes: ring, one-shot, local and auto for all three collectives,
@@ -276,7 +285,19 @@ fn every_algorithm_then_auto_against_the_best() {
         r.rows.iter().filter(|row| row.algorithm == "local").count(),
         2 * 3 * 3
     );
+    // Every (collective, size) timed again, Auto beside the fastest.
+    assert_eq!(r.auto_rematch.len(), 3 * 3);
+    for m in &r.auto_rematch {
+        assert!(m.auto_us > 0.0 && m.best_us > 0.0, "{m:?}");
+        assert!(r.rows.iter().any(|row| row.collective == m.collective
+            && row.size == m.size
+            && row.algorithm == m.best));
+    }
     let _ = std::fs::remove_file(&json);
+    let out = run(&["--rematch", "2"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--rematch needs --algo all"));
+    assert!(out.stdout.is_empty());
     let out = run(&["--graph"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--graph needs a GPU"));

@@ -80,6 +80,30 @@ fn a_sweep_passes_and_the_sanitizer_skips_on_the_cpu() {
     );
 }
 
+/// A latency part times `Auto` and the fastest forced algorithm again side
+/// by side, and its key figure says how far apart they came.
+#[test]
+fn a_latency_part_rematches_auto_with_the_fastest() {
+    let bins = bench_only_bundle("latency");
+    let out = tmp("latency-out");
+    let (o, s) = suite(&bins, &out, &["--only", "latency-k2"]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{stdout}");
+    assert_eq!(
+        statuses(&s),
+        [("latency-k2".to_string(), "pass".to_string())]
+    );
+    assert!(
+        stdout.contains("Auto / fastest, timed side by side: worst "),
+        "{stdout}"
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("latency-k2.json")).unwrap())
+            .unwrap();
+    // 8 B, 64 B, 512 B and 4 KiB, for each of the three collectives.
+    assert_eq!(r["auto_rematch"].as_array().map(Vec::len), Some(4 * 3));
+}
+
 #[test]
 fn missing_test_binaries_fail_the_suite() {
     let out = tmp("missing");
