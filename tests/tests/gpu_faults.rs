@@ -568,13 +568,27 @@ fn gpu_poisoned_inputs_match_the_cpu(dev: usize) {
     println!("gpu poisoned inputs: NaN/Inf/signed zeros agree with the CPU execution for all ops");
 }
 
-/// Small and quick: the workload compute-sanitizer runs, with and without
-/// the local algorithm.
+/// Small and quick: the workload compute-sanitizer runs, on the ring
+/// (forced: `Auto` sends these sizes direct), the direct algorithms and the
+/// local one.
 fn gpu_sanitize_small(dev: usize) {
     let mut count = 0;
-    for (k, local) in [(2usize, false), (3, false), (2, true), (3, true)] {
-        let cfg = CommConfig::default().channels(2).local(local);
-        let b = gpu_comm(dev, k, cfg).unwrap();
+    let ring = |k| (k, CommConfig::default().algorithm(Algo::Ring));
+    let auto = |k, local| (k, CommConfig::default().local(local));
+    for (k, cfg) in [
+        ring(2usize),
+        ring(3),
+        auto(2, false),
+        auto(3, false),
+        auto(2, true),
+        auto(3, true),
+    ] {
+        let forced_ring = cfg.effective_algorithm().unwrap() == Algo::Ring;
+        let b = gpu_comm(dev, k, cfg.channels(2)).unwrap();
+        // The ring's shared hand-off runs under the sanitizer only if the
+        // ring runs.
+        let runs = b.algorithm_for::<f32>(Collective::AllReduce, 7).unwrap();
+        assert_eq!(runs.name() == "ring", forced_ring, "{runs:?}");
         for (i, n) in [1usize, 7, 257, 4097, 70_000].into_iter().enumerate() {
             for (j, dtype) in [DataType::F32, DataType::I8, DataType::Bf16]
                 .into_iter()
