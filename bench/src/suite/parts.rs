@@ -139,7 +139,7 @@ pub fn all() -> Vec<Part> {
         },
         Part {
             name: "sanitize",
-            about: "compute-sanitizer memcheck, racecheck and synccheck on a small workload (30 collectives); skipped on the CPU execution",
+            about: "compute-sanitizer memcheck, racecheck and synccheck on a small workload (90 collectives at k = 2 and 3: the ring forced, then Auto with and without the local algorithm); skipped on the CPU execution",
             est_s: (60, 1),
             cap_s: 600,
             job: Job::Sanitize,
