@@ -271,7 +271,7 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
             }
             let rows = sweep_all(args, &comm, &points_for(&pts, a), judge, "1-block copy")?;
             per_algo.push((a, rows));
-            comms.push((a, comm));
+            keep(args, &mut comms, a, comm);
         }
         report.ceilings = Some(c);
         rematched = rematch_all(args, &comms, &pts, &per_algo)?;
@@ -294,7 +294,7 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
             }
             let rows = sweep_all(args, &comm, &points_for(&pts, a), judge, "(none: CPU)")?;
             per_algo.push((a, rows));
-            comms.push((a, comm));
+            keep(args, &mut comms, a, comm);
         }
         rematched = rematch_all(args, &comms, &pts, &per_algo)?;
     }
@@ -402,6 +402,15 @@ fn grad_main(
         println!("# JSON written to {}", p.display());
     }
     Ok(0)
+}
+
+/// Keeps a sweep's communicator for `--rematch`; without it each is dropped
+/// before the next is made, as the largest sizes need (a 1 GiB sweep at
+/// k = 8 with 1200 MiB direct staging holds about 19 GiB per communicator).
+fn keep<C>(args: &BenchArgs, comms: &mut Vec<(Option<Algo>, C)>, a: Option<Algo>, comm: C) {
+    if args.rematch > 0 {
+        comms.push((a, comm));
+    }
 }
 
 /// With `--rematch`, `Auto` and the fastest forced algorithm at each size
