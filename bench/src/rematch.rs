@@ -12,60 +12,80 @@ use crate::exact::FromSmall;
 use crate::metrics::name;
 use crate::run::{fill_all, regions, shift, window, with_elem, Bufs, Point};
 use crate::table::AutoVsBest;
-use ringreduce::{Algo, Op, RsElement};
+use ringreduce::{Algo, Collective, Op, RsElement};
 
-/// Every row of `rows` (from [`crate::table::compare_auto`]) timed again:
-/// `comms[i]` is the communicator sweep `i` ran on, `pts` the sweep's
-/// points. Each placement gets `args.rematch` windows of `args.iters`
-/// calls per side, the two sides taking turns to go first; a side's time
-/// is the median window's, averaged over the two placements.
+/// Every row of `rows` (from [`crate::table::compare_auto`]) timed again,
+/// in the same order. `make(algos[i])` makes the communicator sweep `i`
+/// ran on; only `Auto`'s and one forced algorithm's are alive at a time,
+/// so that sizes whose staging fills the device can be timed again too.
+/// `pts` are the sweeps' points. Each placement gets `args.rematch`
+/// windows of `args.iters` calls per side, the two sides taking turns to
+/// go first; a side's time is its median window's, averaged over the two
+/// placements.
 pub fn rematch<C: Clock>(
     args: &BenchArgs,
-    comms: &[(Option<Algo>, C)],
+    make: &dyn Fn(Option<Algo>) -> ringreduce::Result<C>,
+    algos: &[Option<Algo>],
     pts: &[Point],
     rows: &[AutoVsBest],
 ) -> ringreduce::Result<Vec<AutoVsBest>> {
-    let mut out = Vec::with_capacity(rows.len());
-    let mut i = 0;
-    while i < rows.len() {
-        // Rows come grouped by collective: buffers once per group, sized
-        // as the sweep sized them, so that the shifting matches.
-        let j = rows[i..]
-            .iter()
-            .position(|r| r.collective != rows[i].collective)
-            .map_or(rows.len(), |x| i + x);
-        let group: Vec<&Point> = pts
-            .iter()
-            .filter(|p| name(p.collective) == rows[i].collective)
-            .collect();
-        let Some(first) = group.first() else {
-            i = j;
-            continue;
-        };
-        let max_count = group.iter().map(|p| p.count).max().unwrap_or(0);
-        let r = with_elem!(first.dtype, T => group_rematch::<C, T>(
-            args, comms, &group, max_count, &rows[i..j]
-        ));
-        out.extend(r?);
-        i = j;
+    let mut out: Vec<Option<AutoVsBest>> = vec![None; rows.len()];
+    let Some(first) = rows.first() else {
+        return Ok(Vec::new());
+    };
+    let auto = make(algos[first.sweeps.0])?;
+    let mut bests: Vec<usize> = rows.iter().map(|r| r.sweeps.1).collect();
+    bests.sort_unstable();
+    bests.dedup();
+    for b in bests {
+        let best = make(algos[b])?;
+        // Buffers once per collective, sized as the sweep sized them, so
+        // that the shifting matches.
+        for c in Collective::ALL {
+            let these: Vec<usize> = (0..rows.len())
+                .filter(|&i| rows[i].sweeps.1 == b && rows[i].collective == name(c))
+                .collect();
+            let group: Vec<&Point> = pts.iter().filter(|p| p.collective == c).collect();
+            let Some(p0) = group.first() else {
+                continue;
+            };
+            if these.is_empty() {
+                continue;
+            }
+            let max_count = group.iter().map(|p| p.count).max().unwrap_or(0);
+            let times = with_elem!(p0.dtype, T => time_group::<C, T>(
+                args, [&auto, &best], &group, max_count, these.iter().map(|&i| rows[i].size)
+            ))?;
+            for (&i, (auto_us, best_us)) in
+                these.iter().zip(times).filter_map(|(i, t)| Some((i, t?)))
+            {
+                out[i] = Some(AutoVsBest {
+                    auto_us,
+                    best_us,
+                    ..rows[i].clone()
+                });
+            }
+        }
     }
-    Ok(out)
+    Ok(out.into_iter().flatten().collect())
 }
 
-fn group_rematch<C: Clock, T: RsElement + FromSmall>(
+/// `Auto`'s and the forced algorithm's times (µs, mean of both
+/// placements) at each of `sizes` (`None` for a size no point has), all
+/// of one collective and type.
+fn time_group<C: Clock, T: RsElement + FromSmall>(
     args: &BenchArgs,
-    comms: &[(Option<Algo>, C)],
+    [auto, best]: [&C; 2],
     pts: &[&Point],
     max_count: u64,
-    rows: &[AutoVsBest],
-) -> ringreduce::Result<Vec<AutoVsBest>> {
+    sizes: impl Iterator<Item = u64>,
+) -> ringreduce::Result<Vec<Option<(f64, f64)>>> {
     let c = pts[0].collective;
-    let auto = &comms[rows[0].sweeps.0].1;
     let k = auto.k();
     let (send_cap, recv_cap) = c.lengths(k as u64, max_count);
     let cap = send_cap.max(recv_cap).max(1) as usize;
-    // Both communicators drive the same ranks of one device, and each
-    // window ends with a mark the host waits for, so they share buffers.
+    // Both communicators drive the same ranks, and each window ends with a
+    // mark the host waits for, so they share buffers.
     let mut bufs = Bufs {
         send: Vec::with_capacity(k),
         recv: Vec::with_capacity(k),
@@ -74,12 +94,12 @@ fn group_rematch<C: Clock, T: RsElement + FromSmall>(
         bufs.send.push(auto.upload(u, data)?);
         bufs.recv.push(auto.upload(u, data)?);
     }
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        let Some(p) = pts.iter().find(|p| p.size == row.size) else {
+    let mut out = Vec::new();
+    for size in sizes {
+        let Some(p) = pts.iter().find(|p| p.size == size) else {
+            out.push(None);
             continue;
         };
-        let best = &comms[row.sweeps.1].1;
         let n = p.count as usize;
         let (sl, rl) = c.lengths(k as u64, n as u64);
         let whole = sl.max(rl).max(1);
@@ -111,11 +131,10 @@ fn group_rematch<C: Clock, T: RsElement + FromSmall>(
                 times[s][pi] = side[s].get(side[s].len() / 2).copied().unwrap_or(0.0);
             }
         }
-        out.push(AutoVsBest {
-            auto_us: (times[0][0] + times[0][1]) / 2.0,
-            best_us: (times[1][0] + times[1][1]) / 2.0,
-            ..row.clone()
-        });
+        out.push(Some((
+            (times[0][0] + times[0][1]) / 2.0,
+            (times[1][0] + times[1][1]) / 2.0,
+        )));
     }
     Ok(out)
 }
