@@ -15,9 +15,9 @@ use crate::table::AutoVsBest;
 use ringreduce::{Algo, Collective, Op, RsElement};
 
 /// Every row of `rows` (from [`crate::table::compare_auto`]) timed again,
-/// in the same order. `make(algos[i])` makes the communicator sweep `i`
-/// ran on; only `Auto`'s and one forced algorithm's are alive at a time,
-/// so that sizes whose staging fills the device can be timed again too.
+/// in the same order. `make(algos[i])` makes a communicator configured as
+/// sweep `i`'s was; only `Auto`'s and one forced algorithm's are alive at
+/// a time, so that sizes whose staging fills the device can be timed again.
 /// `pts` are the sweeps' points. Each placement gets `args.rematch`
 /// windows of `args.iters` calls per side, the two sides taking turns to
 /// go first; a side's time is its median window's, averaged over the two
