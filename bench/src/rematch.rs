@@ -10,9 +10,9 @@ use crate::cli::BenchArgs;
 use crate::clock::Clock;
 use crate::exact::FromSmall;
 use crate::metrics::name;
-use crate::run::{fill_all, regions, shift, window, with_elem, Bufs, Point};
+use crate::run::{regions, shift, upload_bufs, window, with_elem, Point};
 use crate::table::AutoVsBest;
-use ringreduce::{Algo, Collective, Op, RsElement};
+use ringreduce::{Algo, Collective, RsElement};
 
 /// Every row of `rows` (from [`crate::table::compare_auto`]) timed again,
 /// in the same order. `make(algos[i])` makes a communicator configured as
@@ -39,8 +39,7 @@ pub fn rematch<C: Clock>(
     bests.dedup();
     for b in bests {
         let best = make(algos[b])?;
-        // Buffers once per collective, sized as the sweep sized them, so
-        // that the shifting matches.
+        // Buffers once per collective.
         for c in Collective::ALL {
             let these: Vec<usize> = (0..rows.len())
                 .filter(|&i| rows[i].sweeps.1 == b && rows[i].collective == name(c))
@@ -52,9 +51,8 @@ pub fn rematch<C: Clock>(
             if these.is_empty() {
                 continue;
             }
-            let max_count = group.iter().map(|p| p.count).max().unwrap_or(0);
             let times = with_elem!(p0.dtype, T => time_group::<C, T>(
-                args, [&auto, &best], &group, max_count, these.iter().map(|&i| rows[i].size)
+                args, [&auto, &best], &group, these.iter().map(|&i| rows[i].size)
             ))?;
             for (&i, (auto_us, best_us)) in
                 these.iter().zip(times).filter_map(|(i, t)| Some((i, t?)))
@@ -77,23 +75,15 @@ fn time_group<C: Clock, T: RsElement + FromSmall>(
     args: &BenchArgs,
     [auto, best]: [&C; 2],
     pts: &[&Point],
-    max_count: u64,
     sizes: impl Iterator<Item = u64>,
 ) -> ringreduce::Result<Vec<Option<(f64, f64)>>> {
     let c = pts[0].collective;
     let k = auto.k();
-    let (send_cap, recv_cap) = c.lengths(k as u64, max_count);
-    let cap = send_cap.max(recv_cap).max(1) as usize;
-    // Both communicators drive the same ranks, and each window ends with a
-    // mark the host waits for, so they share buffers.
-    let mut bufs = Bufs {
-        send: Vec::with_capacity(k),
-        recv: Vec::with_capacity(k),
-    };
-    for (u, data) in fill_all::<T>(Op::Sum, k, cap, 1).iter().enumerate() {
-        bufs.send.push(auto.upload(u, data)?);
-        bufs.recv.push(auto.upload(u, data)?);
-    }
+    // Sized as the sweep sized them, so that the shifting matches. Both
+    // communicators drive the same ranks, and each window ends with a mark
+    // the host waits for, so they share buffers.
+    let max_count = pts.iter().map(|p| p.count).max().unwrap_or(0);
+    let (mut bufs, cap) = upload_bufs::<C, T>(auto, c, max_count)?;
     let mut out = Vec::new();
     for size in sizes {
         let Some(p) = pts.iter().find(|p| p.size == size) else {

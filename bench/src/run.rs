@@ -525,8 +525,30 @@ fn sweep_all<C: Clock>(
 /// Each rank's buffers: `send` and `recv` sized for the largest point,
 /// with room for nccl-tests' shifting.
 pub(crate) struct Bufs<B> {
-    pub send: Vec<B>,
-    pub recv: Vec<B>,
+    send: Vec<B>,
+    recv: Vec<B>,
+}
+
+/// Every rank's buffers for calls of collective `c` up to count
+/// `max_count`, and their length in elements. They start from the
+/// exact-check data: never time on zeros.
+pub(crate) fn upload_bufs<C: Collectives, T: RsElement + FromSmall>(
+    comm: &C,
+    c: Collective,
+    max_count: u64,
+) -> ringreduce::Result<(Bufs<C::Buf<T>>, usize)> {
+    let k = comm.k();
+    let (send_cap, recv_cap) = c.lengths(k as u64, max_count);
+    let cap = send_cap.max(recv_cap).max(1) as usize;
+    let mut bufs = Bufs {
+        send: Vec::with_capacity(k),
+        recv: Vec::with_capacity(k),
+    };
+    for (u, data) in fill_all::<T>(Op::Sum, k, cap, 1).iter().enumerate() {
+        bufs.send.push(comm.upload(u, data)?);
+        bufs.recv.push(comm.upload(u, data)?);
+    }
+    Ok((bufs, cap))
 }
 
 /// The regions of one call of collective `c` with count `n`, `sh`
@@ -580,17 +602,7 @@ fn type_sweep<C: Clock, T: RsElement + FromSmall>(
     let k = comm.k();
     let c = pts[0].collective;
     let max_count = pts.iter().map(|p| p.count).max().unwrap_or(0);
-    let (send_cap, recv_cap) = c.lengths(k as u64, max_count);
-    let cap = send_cap.max(recv_cap).max(1) as usize;
-    let mut bufs = Bufs {
-        send: Vec::with_capacity(k),
-        recv: Vec::with_capacity(k),
-    };
-    // Never time on zeros: start from the exact-check data.
-    for (u, data) in fill_all::<T>(Op::Sum, k, cap, 1).iter().enumerate() {
-        bufs.send.push(comm.upload(u, data)?);
-        bufs.recv.push(comm.upload(u, data)?);
-    }
+    let (mut bufs, cap) = upload_bufs::<C, T>(comm, c, max_count)?;
     let mut rows = Vec::new();
     for p in pts {
         pb.set_message(format!(
@@ -693,12 +705,7 @@ pub(crate) fn window<C: Clock>(
 
 /// Every rank's exact-check data, one thread per rank: at 1 GiB per rank
 /// filling is what a sweep's large sizes wait for.
-pub(crate) fn fill_all<T: RsElement + FromSmall>(
-    op: Op,
-    k: usize,
-    len: usize,
-    seed: u64,
-) -> Vec<Vec<T>> {
+fn fill_all<T: RsElement + FromSmall>(op: Op, k: usize, len: usize, seed: u64) -> Vec<Vec<T>> {
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..k)
             .map(|u| s.spawn(move || fill::<T>(op, k, u, len, seed)))
