@@ -10,13 +10,20 @@ use crate::toolchain::{ensure_toolchain, find_rustup, KERNEL_COMPONENTS, KERNEL_
 /// Set in the nested build's environment; the host build script checks it
 /// first and, when set, behaves as the PTX linker.
 pub const LINKER_ENV: &str = "RINGREDUCE_PTX_LINKER";
-/// Overrides the PTX target architecture (`sm_70` by default).
+/// Overrides the PTX target architecture (`sm_80` by default).
 pub const ARCH_ENV: &str = "RINGREDUCE_PTX_ARCH";
-/// Volta is the oldest GPU with the memory-model fences and `nanosleep` the
-/// kernels use; the driver JIT-compiles sm_70 PTX for anything newer.
-pub const DEFAULT_ARCH: &str = "sm_70";
+/// Ampere is the oldest GPU with the `mbarrier` the ring hands its slices
+/// over with, a hand-off compute-sanitizer's racecheck can check; the
+/// driver JIT-compiles sm_80 PTX for anything newer. `sm_70` and `sm_75`
+/// still build, with a polled hand-off instead.
+pub const DEFAULT_ARCH: &str = "sm_80";
 
 const TARGET: &str = "nvptx64-nvidia-cuda";
+
+/// The PTX ISA version the kernels are written in: 7.1, the first with
+/// `mbarrier.test_wait.parity` (CUDA 11.1 drivers, 455, and newer load
+/// it). LLVM would otherwise pick 7.0 for sm_80.
+pub const PTX_ISA: &str = "ptx71";
 
 /// A prebuilt PTX file to embed instead of building one (for machines
 /// without rustup, or to try an edited PTX).
@@ -166,6 +173,7 @@ pub fn build_ptx(b: &PtxBuild) -> Result<PathBuf, PtxBuildError> {
     let flags = [
         format!("-Clinker={}", b.linker.display()),
         format!("-Ctarget-cpu={}", b.arch),
+        format!("-Ctarget-feature=+{PTX_ISA}"),
     ];
     cmd.env("CARGO_ENCODED_RUSTFLAGS", flags.join("\u{1f}"));
     cmd.env(LINKER_ENV, "1");

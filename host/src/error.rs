@@ -16,6 +16,19 @@ pub enum Error {
     /// A CUDA driver call failed; the text is the driver's.
     #[error("CUDA driver error: {0}")]
     Driver(String),
+    /// A GPU older than the architecture the embedded PTX was built for.
+    #[error(
+        "device {device} is sm_{cc}, older than the sm_{ptx} this build's kernels target; \
+         rebuild with RINGREDUCE_PTX_ARCH=sm_{cc} (sm_70 is the oldest supported)"
+    )]
+    GpuTooOld {
+        /// The device ordinal.
+        device: usize,
+        /// Its compute capability, as 10 * major + minor.
+        cc: u32,
+        /// The PTX's target, likewise.
+        ptx: u32,
+    },
     /// A device ordinal beyond the devices present.
     #[error("device {device} does not exist: {count} CUDA device(s) present")]
     NoSuchDevice {

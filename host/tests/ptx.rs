@@ -1,10 +1,11 @@
 //! The embedded PTX holds every kernel and calls nothing it does not define.
 
-use ringreduce::gpu::module::{all_kernel_names, PTX, SASS};
+use ringreduce::gpu::module::{all_kernel_names, check_target, ptx_target, PTX, SASS};
 use ringreduce::kernels::abi::{
     LocalArgs, BLOCK_THREADS, LOCAL_ENTRY_PREFIX, LOCAL_MIN_BLOCKS_PER_SM, LOCAL_THREADS,
     TASK_ENTRY, TASK_MIN_BLOCKS_PER_SM, TASK_THREADS,
 };
+use ringreduce::Error;
 use ringreduce::{DataType, Op};
 
 #[test]
@@ -49,13 +50,70 @@ fn no_unresolved_functions() {
     assert!(externs.is_empty(), "unresolved: {externs:?}");
 }
 
+/// The arch the build asked for, as `sm_XX`.
+fn requested_arch() -> String {
+    option_env!("RINGREDUCE_PTX_ARCH")
+        .unwrap_or(ringreduce_build::DEFAULT_ARCH)
+        .to_string()
+}
+
 #[test]
 fn targets_the_requested_architecture() {
-    let arch = std::env::var("RINGREDUCE_PTX_ARCH").unwrap_or_else(|_| "sm_70".into());
+    let arch = requested_arch();
     assert!(
         PTX.contains(&format!(".target {arch}")),
         "PTX is not for {arch}"
     );
+    let cc: u32 = arch["sm_".len()..].parse().expect("sm_XX");
+    assert_eq!(ptx_target(PTX), Some(cc));
+}
+
+/// A GPU older than the PTX's target gets a typed error naming the
+/// rebuild; the same or a newer one loads.
+#[test]
+fn an_older_gpu_is_refused_with_a_typed_error() {
+    match check_target(3, 75, Some(80)) {
+        Err(Error::GpuTooOld { device, cc, ptx }) => {
+            assert_eq!((device, cc, ptx), (3, 75, 80));
+            let text = check_target(3, 75, Some(80)).unwrap_err().to_string();
+            assert!(text.contains("RINGREDUCE_PTX_ARCH=sm_75"), "{text}");
+        }
+        other => panic!("expected GpuTooOld, got {other:?}"),
+    }
+    assert!(check_target(0, 80, Some(80)).is_ok());
+    assert!(check_target(0, 90, Some(80)).is_ok());
+    assert!(check_target(0, 90, None).is_ok());
+    assert_eq!(ptx_target(".version 7.1\n.target sm_90a\n"), None);
+    assert_eq!(ptx_target(".target sm_70, debug\n"), Some(70));
+}
+
+/// From sm_80 on, the ring's producers wait on an `mbarrier` phase, which
+/// racecheck models; older targets poll a shared count instead.
+#[test]
+fn the_ring_hands_slices_over_by_the_targets_means() {
+    let ring = PTX
+        .split(".entry ")
+        .find(|e| e.starts_with("ringreduce_float_sum("))
+        .expect("the f32 sum ring entry");
+    let mbarrier = ring.contains("mbarrier.test_wait.parity.shared.b64")
+        && ring.contains("mbarrier.arrive.shared.b64")
+        && ring.contains("mbarrier.init.shared.b64");
+    let polled = ring.contains("ld.acquire.cta.shared.u32");
+    if ptx_target(PTX).is_some_and(|cc| cc >= 80) {
+        assert!(
+            mbarrier && !polled,
+            "sm_80+: expected the mbarrier hand-off"
+        );
+        assert!(
+            PTX.contains(".version 7.1"),
+            "mbarrier parity waits need PTX 7.1"
+        );
+    } else {
+        assert!(
+            polled && !mbarrier,
+            "before sm_80: expected the polled hand-off"
+        );
+    }
 }
 
 /// The collectives' bounds on every entry but the task's and the local

@@ -5,8 +5,8 @@
 //! move data, with the step primitives. Lane `THREADS`, alone in its warp,
 //! is the control lane: it makes every flag wait and every signal, and works
 //! out where every slice lies. For slice `i` the control lane waits for the
-//! slice's flags, releases the producers into it with its addresses (a
-//! count of released slices that each producer warp polls on its own, so no
+//! slice's flags, releases the producers into it with its addresses (on the
+//! GPU, an `mbarrier` phase that each producer awaits on its own, so no
 //! producer waits for another), then waits until every producer reported
 //! slice `i - 1` done and publishes that slice. So the flag round trips
 //! overlap data movement (`bench/NOTES.md`).

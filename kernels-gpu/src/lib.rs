@@ -18,7 +18,7 @@
 #![no_std]
 #![cfg_attr(
     target_arch = "nvptx64",
-    feature(abi_ptx, stdarch_nvptx, asm_experimental_arch)
+    feature(abi_ptx, asm_experimental_arch)
 )]
 
 /// Where this crate's source is: the host build script builds the kernels

@@ -1,7 +1,7 @@
 //! Loading the embedded kernels, once per device: SASS where it was built
 //! for the device, else the PTX.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 use ringreduce_kernels::abi::{kernel_name, local_kernel_name};
@@ -93,6 +93,7 @@ pub fn module_for(ctx: &Arc<CudaContext>) -> Result<Arc<CudaModule>> {
     }
     let (major, minor) = ctx.compute_capability()?;
     let cc = (major * 10 + minor) as u32;
+    check_target(ctx.ordinal(), cc, ptx_target(PTX))?;
     // A driver older than the ptxas that built the SASS may refuse it; the
     // PTX still loads there, only slower.
     let (module, image) =
@@ -107,6 +108,23 @@ pub fn module_for(ctx: &Arc<CudaContext>) -> Result<Arc<CudaModule>> {
         };
     m.insert(ctx.ordinal(), (module.clone(), image));
     Ok(module)
+}
+
+/// The architecture a PTX text targets (`.target sm_80` gives 80).
+pub fn ptx_target(ptx: &str) -> Option<u32> {
+    let line = ptx.lines().find(|l| l.starts_with(".target "))?;
+    let sm = line[".target ".len()..].split([',', ' ']).next()?;
+    sm.strip_prefix("sm_")?.parse().ok()
+}
+
+/// A typed error, before the driver's opaque one, when device `device` of
+/// compute capability `cc` is older than the PTX's target: neither the JIT
+/// nor ptxas compiles PTX down to an older GPU.
+pub fn check_target(device: usize, cc: u32, target: Option<u32>) -> Result<()> {
+    match target {
+        Some(ptx) if cc < ptx => Err(Error::GpuTooOld { device, cc, ptx }),
+        _ => Ok(()),
+    }
 }
 
 /// What device `ordinal`'s kernels were loaded from, once loaded.

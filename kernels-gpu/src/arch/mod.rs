@@ -16,7 +16,8 @@ macro_rules! block_failed_word {
 }
 
 /// The name of the block's shared count of released slices, which producers
-/// poll before each slice (declared like [`block_failed_word`]).
+/// poll before each slice in builds for GPUs older than sm_80 (declared like
+/// [`block_failed_word`]).
 #[macro_export]
 macro_rules! block_released_word {
     () => {
@@ -32,6 +33,17 @@ macro_rules! block_released_word {
 macro_rules! block_slices_array {
     () => {
         "ringreduce_block_slices"
+    };
+}
+
+/// The name of the block's [`RELEASE_SLOTS`](crate::device::RELEASE_SLOTS)
+/// `mbarrier` objects, one per release slot, through which the control
+/// lane opens slices on sm_80 and newer (declared like
+/// [`block_failed_word`]; unused before sm_80).
+#[macro_export]
+macro_rules! block_mbarriers {
+    () => {
+        "ringreduce_block_mbar"
     };
 }
 
@@ -52,10 +64,14 @@ pub const SHARED_DECLARATIONS: &str = concat!(
     block_released_word!(),
     ";\n.shared .align 16 .b8 ",
     block_slices_array!(),
-    "[96];\n.shared .align 4 .b8 ",
+    "[96];\n.shared .align 8 .b64 ",
+    block_mbarriers!(),
+    "[2];\n.shared .align 4 .b8 ",
     block_hist_array!(),
     "[1024];"
 );
+// The `mbarrier` objects declared above: one per release slot.
+const _: () = assert!(crate::device::RELEASE_SLOTS == 2);
 // The released slices' declared bytes above.
 const _: () = assert!(crate::device::RELEASE_SLOTS * crate::device::SLICE_WORDS * 8 == 96);
 // The histogram's declared bytes above.

@@ -1,5 +1,6 @@
 //! The one module with inline PTX: thread index, barriers with a predicate
-//! reduction, the shared release count, volatile and acquire flag accesses,
+//! reduction, the slices' hand-off (`mbarrier`, or a shared count before
+//! sm_80), volatile and acquire flag accesses,
 //! fences, L2 prefetch, the global timer, half-precision conversions and
 //! reads of a local entry's argument in param space.
 
@@ -39,10 +40,10 @@ pub struct Gpu<const THREADS: u32> {
 const DONE_BARRIER: u32 = 1;
 
 unsafe impl<const THREADS: u32> Handoff for Gpu<THREADS> {
-    /// Publishes the slice's work (unless `failed`), `failed`, then the
-    /// count of released slices, in the block's shared memory; the release
-    /// store orders the flag acquire, the work and `failed` before the
-    /// producers' acquire of the count.
+    /// Publishes the slice's work (unless `failed`) and `failed` in the
+    /// block's shared memory, then opens the slice ([`open_slice`]), which
+    /// orders the flag acquire, the work and `failed` before the producers'
+    /// reads after [`wait_slice_open`].
     #[inline(always)]
     fn release(&self, slice: u64, failed: bool, work: SliceWork) {
         if !failed {
@@ -64,29 +65,19 @@ unsafe impl<const THREADS: u32> Handoff for Gpu<THREADS> {
             };
         }
         store_shared!("st.volatile.shared.u32", block_failed_word, failed as u32);
-        store_shared!(
-            "st.release.cta.shared.u32",
-            block_released_word,
-            (slice as u32).wrapping_add(1)
-        );
+        open_slice(slice);
     }
 
     #[inline(always)]
     fn reset_release(&self) {
-        store_shared!("st.volatile.shared.u32", block_released_word, 0u32);
+        reset_slices();
     }
 
-    /// Spins on the shared count of released slices (each warp alone, so no
-    /// warp waits for a slower one), then reads `failed` and the work.
+    /// Waits until the slice is open (each lane alone, so no warp waits for
+    /// a slower one), then reads `failed` and the work.
     #[inline(always)]
     fn await_release(&self, slice: u64) -> Option<SliceWork> {
-        let want = slice as u32;
-        // The count runs at most two slices ahead of any producer, so a
-        // wrapping difference decides.
-        while (load_shared!("ld.acquire.cta.shared.u32", block_released_word).wrapping_sub(want)
-            as i32)
-            <= 0
-        {}
+        wait_slice_open(slice);
         if load_shared!("ld.volatile.shared.u32", block_failed_word) != 0 {
             return None;
         }
@@ -445,6 +436,120 @@ unsafe impl crate::device::Lanes for GpuLanes {
             b += ntid;
         }
     }
+}
+
+/// The shared address of the `mbarrier` that opens slice `slice`: one per
+/// release slot, each completing one phase per slice it opens.
+#[cfg(target_feature = "sm_80")]
+#[inline(always)]
+fn slice_mbarrier(slice: u64) -> u64 {
+    let a: u64;
+    unsafe {
+        asm!(
+            concat!("mov.u64 {a}, ", crate::block_mbarriers!(), ";"),
+            a = out(reg64) a,
+            options(nomem, nostack, pure)
+        )
+    };
+    a + (slice % RELEASE_SLOTS as u64) * 8
+}
+
+/// Control lane, before the block barrier that starts the slices: each
+/// release slot's `mbarrier` expects one arrival (the control lane's) per
+/// phase.
+#[cfg(target_feature = "sm_80")]
+#[inline(always)]
+fn reset_slices() {
+    for s in 0..RELEASE_SLOTS as u64 {
+        unsafe {
+            asm!(
+                "mbarrier.init.shared.b64 [{a}], 1;",
+                a = in(reg64) slice_mbarrier(s),
+                options(nostack)
+            )
+        };
+    }
+}
+
+/// Control lane: completes the phase of slice `slice`'s `mbarrier`. The
+/// arrival has release semantics at CTA scope, and compute-sanitizer's
+/// racecheck models it (it does not model a release store and an acquire
+/// poll), so the sanitizer checks the whole hand-off.
+#[cfg(target_feature = "sm_80")]
+#[inline(always)]
+fn open_slice(slice: u64) {
+    unsafe {
+        asm!(
+            "{{",
+            ".reg .b64 %state;",
+            "mbarrier.arrive.shared.b64 %state, [{a}];",
+            "}}",
+            a = in(reg64) slice_mbarrier(slice),
+            options(nostack)
+        )
+    };
+}
+
+/// Producer: spins until the phase that opens slice `slice` completed. Its
+/// `mbarrier` opens slices `slice % 2`, `+ 2`, ... in turn, so the phase
+/// has parity `(slice / 2) % 2`; the control lane opens slice `slice + 2`
+/// only after every producer finished `slice`, so the phase awaited is
+/// never one already overtaken. The successful test has acquire semantics.
+#[cfg(target_feature = "sm_80")]
+#[inline(always)]
+fn wait_slice_open(slice: u64) {
+    let (a, parity) = (
+        slice_mbarrier(slice),
+        ((slice / RELEASE_SLOTS as u64) & 1) as u32,
+    );
+    loop {
+        let done: u32;
+        unsafe {
+            asm!(
+                "{{",
+                ".reg .pred %open;",
+                "mbarrier.test_wait.parity.shared.b64 %open, [{a}], {p};",
+                "selp.u32 {d}, 1, 0, %open;",
+                "}}",
+                a = in(reg64) a, p = in(reg32) parity, d = out(reg32) done,
+                options(nostack)
+            )
+        };
+        if done != 0 {
+            return;
+        }
+    }
+}
+
+/// Before sm_80 (no `mbarrier`): nothing is released yet.
+#[cfg(not(target_feature = "sm_80"))]
+#[inline(always)]
+fn reset_slices() {
+    store_shared!("st.volatile.shared.u32", block_released_word, 0u32);
+}
+
+/// Before sm_80: raises the shared count of released slices with a release
+/// store. Correct under the PTX memory model, but racecheck, which judges
+/// shared accesses by barriers alone, reports the poll against it.
+#[cfg(not(target_feature = "sm_80"))]
+#[inline(always)]
+fn open_slice(slice: u64) {
+    store_shared!(
+        "st.release.cta.shared.u32",
+        block_released_word,
+        (slice as u32).wrapping_add(1)
+    );
+}
+
+/// Before sm_80: polls the count with acquire loads. The count runs at most
+/// two slices ahead of any producer, so a wrapping difference decides.
+#[cfg(not(target_feature = "sm_80"))]
+#[inline(always)]
+fn wait_slice_open(slice: u64) {
+    let want = slice as u32;
+    while (load_shared!("ld.acquire.cta.shared.u32", block_released_word).wrapping_sub(want) as i32)
+        <= 0
+    {}
 }
 
 /// The shared-memory address of the [`SliceWork`] of released slice
