@@ -16,10 +16,7 @@
 //! ([`abi`]) and every sizing and padding rule ([`plan`]) live here, so
 //! host and kernel cannot disagree on them.
 #![no_std]
-#![cfg_attr(
-    target_arch = "nvptx64",
-    feature(abi_ptx, asm_experimental_arch)
-)]
+#![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, asm_experimental_arch))]
 
 /// Where this crate's source is: the host build script builds the kernels
 /// from here, in the workspace and from a registry alike.

@@ -4,12 +4,14 @@
 #[cfg(target_arch = "nvptx64")]
 pub mod nvptx;
 
-/// The name of the block's shared `failed` word, through which the control
-/// lane tells released producers to skip their slices. Rust cannot place a
+/// The name of the block's shared `failed` words, one per release slot like
+/// the work, through which the control lane tells released producers to
+/// skip their slices: one word for every slice would be rewritten for the
+/// next slice while a slow producer may still read it. Rust cannot place a
 /// static in shared memory, so `host/build.rs` adds
 /// [`SHARED_DECLARATIONS`] to the PTX at module scope.
 #[macro_export]
-macro_rules! block_failed_word {
+macro_rules! block_failed_words {
     () => {
         "ringreduce_block_failed"
     };
@@ -17,7 +19,7 @@ macro_rules! block_failed_word {
 
 /// The name of the block's shared count of released slices, which producers
 /// poll before each slice in builds for GPUs older than sm_80 (declared like
-/// [`block_failed_word`]).
+/// [`block_failed_words`]).
 #[macro_export]
 macro_rules! block_released_word {
     () => {
@@ -28,7 +30,7 @@ macro_rules! block_released_word {
 /// The name of the block's [`RELEASE_SLOTS`](crate::device::RELEASE_SLOTS)
 /// released slices' [`SliceWork`](crate::device::SliceWork), which the
 /// control lane writes before each release (declared like
-/// [`block_failed_word`]).
+/// [`block_failed_words`]).
 #[macro_export]
 macro_rules! block_slices_array {
     () => {
@@ -39,7 +41,7 @@ macro_rules! block_slices_array {
 /// The name of the block's [`RELEASE_SLOTS`](crate::device::RELEASE_SLOTS)
 /// `mbarrier` objects, one per release slot, through which the control
 /// lane opens slices on sm_80 and newer (declared like
-/// [`block_failed_word`]; unused before sm_80).
+/// [`block_failed_words`]; unused before sm_80).
 #[macro_export]
 macro_rules! block_mbarriers {
     () => {
@@ -59,8 +61,8 @@ macro_rules! block_hist_array {
 /// The PTX module-scope declarations the kernels' inline assembly names.
 pub const SHARED_DECLARATIONS: &str = concat!(
     ".shared .align 4 .u32 ",
-    block_failed_word!(),
-    ";\n.shared .align 4 .u32 ",
+    block_failed_words!(),
+    "[2];\n.shared .align 4 .u32 ",
     block_released_word!(),
     ";\n.shared .align 16 .b8 ",
     block_slices_array!(),
@@ -70,7 +72,8 @@ pub const SHARED_DECLARATIONS: &str = concat!(
     block_hist_array!(),
     "[1024];"
 );
-// The `mbarrier` objects declared above: one per release slot.
+// The `failed` words and `mbarrier` objects declared above: one per
+// release slot.
 const _: () = assert!(crate::device::RELEASE_SLOTS == 2);
 // The released slices' declared bytes above.
 const _: () = assert!(crate::device::RELEASE_SLOTS * crate::device::SLICE_WORDS * 8 == 96);

@@ -9,7 +9,9 @@ use crate::device::{Device, Handoff, Scope, SliceWork, RELEASE_SLOTS, SLICE_WORD
 use core::arch::asm;
 
 /// A 32-bit access `$op` to the block's shared word named by the macro
-/// `$word` (see `arch::SHARED_DECLARATIONS`).
+/// `$word` (see `arch::SHARED_DECLARATIONS`): the polled hand-off's count
+/// before sm_80.
+#[cfg(not(target_feature = "sm_80"))]
 macro_rules! load_shared {
     ($op:literal, $word:ident) => {{
         let v: u32;
@@ -20,6 +22,7 @@ macro_rules! load_shared {
     }};
 }
 
+#[cfg(not(target_feature = "sm_80"))]
 macro_rules! store_shared {
     ($op:literal, $word:ident, $v:expr) => {
         unsafe {
@@ -64,7 +67,14 @@ unsafe impl<const THREADS: u32> Handoff for Gpu<THREADS> {
                 )
             };
         }
-        store_shared!("st.volatile.shared.u32", block_failed_word, failed as u32);
+        // SAFETY: the slot's `failed` word (`SHARED_DECLARATIONS`).
+        unsafe {
+            asm!(
+                "st.volatile.shared.u32 [{a}], {f};",
+                a = in(reg64) failed_word(slice), f = in(reg32) failed as u32,
+                options(nostack)
+            )
+        };
         open_slice(slice);
     }
 
@@ -78,7 +88,16 @@ unsafe impl<const THREADS: u32> Handoff for Gpu<THREADS> {
     #[inline(always)]
     fn await_release(&self, slice: u64) -> Option<SliceWork> {
         wait_slice_open(slice);
-        if load_shared!("ld.volatile.shared.u32", block_failed_word) != 0 {
+        let failed: u32;
+        // SAFETY: as in `release`.
+        unsafe {
+            asm!(
+                "ld.volatile.shared.u32 {f}, [{a}];",
+                a = in(reg64) failed_word(slice), f = out(reg32) failed,
+                options(nostack, readonly)
+            )
+        };
+        if failed != 0 {
             return None;
         }
         let (w0, w1, w2, w3, w4, w5): (u64, u64, u64, u64, u64, u64);
@@ -550,6 +569,21 @@ fn wait_slice_open(slice: u64) {
     while (load_shared!("ld.acquire.cta.shared.u32", block_released_word).wrapping_sub(want) as i32)
         <= 0
     {}
+}
+
+/// The shared-memory address of the `failed` word of released slice
+/// `slice`.
+#[inline(always)]
+fn failed_word(slice: u64) -> u64 {
+    let a: u64;
+    unsafe {
+        asm!(
+            concat!("mov.u64 {a}, ", crate::block_failed_words!(), ";"),
+            a = out(reg64) a,
+            options(nomem, nostack, pure)
+        )
+    };
+    a + (slice % RELEASE_SLOTS as u64) * 4
 }
 
 /// The shared-memory address of the [`SliceWork`] of released slice
