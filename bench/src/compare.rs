@@ -82,22 +82,25 @@ pub fn parse_build(s: &str) -> Build {
     Build { name, bin }
 }
 
-/// One bench run's figures.
+/// One collective's figures from one bench run (a run with
+/// `--collective all` gives three).
 #[derive(Debug, Clone, Serialize)]
 pub struct Run {
     pub build: String,
     pub k: usize,
     pub buffsize: String,
+    pub collective: String,
     pub busbw: f64,
     pub busbw_in_place: f64,
     pub block_copy_gbps: Option<f64>,
 }
 
-/// A build's runs at one (k, staging), against the base's.
+/// A build's runs at one (k, staging, collective), against the base's.
 #[derive(Debug, Clone, Serialize)]
 pub struct Line {
     pub k: usize,
     pub buffsize: String,
+    pub collective: String,
     pub build: String,
     pub runs: usize,
     pub mean_busbw: f64,
@@ -117,7 +120,14 @@ pub fn schedule(builds: usize, rounds: usize) -> Vec<usize> {
     s
 }
 
-fn bench_once(a: &CompareArgs, b: &Build, k: usize, bs: &str, tmp: &Path) -> Result<Run, String> {
+/// One bench run: a [`Run`] per row (collective) it wrote, each checked.
+fn bench_once(
+    a: &CompareArgs,
+    b: &Build,
+    k: usize,
+    bs: &str,
+    tmp: &Path,
+) -> Result<Vec<Run>, String> {
     let _ = std::fs::remove_file(tmp);
     let mut c = Command::new(&b.bin);
     c.args([
@@ -160,33 +170,46 @@ fn bench_once(a: &CompareArgs, b: &Build, k: usize, bs: &str, tmp: &Path) -> Res
     let r: Report = std::fs::read_to_string(tmp)
         .map_err(|e| e.to_string())
         .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))?;
-    let row = r.rows.last().ok_or("the bench wrote no row")?;
-    if row.out_of_place.wrong.unwrap_or(0) + row.in_place.wrong.unwrap_or(0) > 0 {
-        return Err(format!("{}: wrong results at k={k}", b.name));
+    if r.rows.is_empty() {
+        return Err(format!("{}: the bench wrote no row", b.name));
     }
-    Ok(Run {
-        build: b.name.clone(),
-        k,
-        buffsize: bs.to_string(),
-        busbw: row.out_of_place.busbw,
-        busbw_in_place: row.in_place.busbw,
-        block_copy_gbps: r.ceilings.map(|c| c.block_copy_gbps),
-    })
+    let copy = r.ceilings.map(|c| c.block_copy_gbps);
+    r.rows
+        .iter()
+        .map(|row| {
+            if row.out_of_place.wrong.unwrap_or(0) + row.in_place.wrong.unwrap_or(0) > 0 {
+                return Err(format!(
+                    "{}: wrong results at k={k} ({})",
+                    b.name, row.collective
+                ));
+            }
+            Ok(Run {
+                build: b.name.clone(),
+                k,
+                buffsize: bs.to_string(),
+                collective: row.collective.clone(),
+                busbw: row.out_of_place.busbw,
+                busbw_in_place: row.in_place.busbw,
+                block_copy_gbps: copy,
+            })
+        })
+        .collect()
 }
 
-/// Each build's mean against the base's, per (k, staging).
+/// Each build's mean against the base's, per (k, staging, collective).
 pub fn lines(builds: &[Build], runs: &[Run]) -> Vec<Line> {
     let mut out = Vec::new();
-    let mut keys: Vec<(usize, String)> = Vec::new();
+    let mut keys: Vec<(usize, String, String)> = Vec::new();
     for r in runs {
-        if !keys.contains(&(r.k, r.buffsize.clone())) {
-            keys.push((r.k, r.buffsize.clone()));
+        let key = (r.k, r.buffsize.clone(), r.collective.clone());
+        if !keys.contains(&key) {
+            keys.push(key);
         }
     }
-    for (k, bs) in keys {
+    for (k, bs, coll) in keys {
         let of = |name: &str| -> Vec<&Run> {
             runs.iter()
-                .filter(|r| r.k == k && r.buffsize == bs && r.build == name)
+                .filter(|r| r.k == k && r.buffsize == bs && r.collective == coll && r.build == name)
                 .collect()
         };
         let stats = |v: &[&Run]| {
@@ -210,6 +233,7 @@ pub fn lines(builds: &[Build], runs: &[Run]) -> Vec<Line> {
             out.push(Line {
                 k,
                 buffsize: bs.clone(),
+                collective: coll.clone(),
                 build: b.name.clone(),
                 runs: v.len(),
                 mean_busbw: mean,
@@ -230,13 +254,14 @@ pub fn lines(builds: &[Build], runs: &[Run]) -> Vec<Line> {
 
 pub fn table(lines: &[Line]) -> String {
     let mut t = String::from(
-        "|  k | staging | build | runs | busbw GB/s (min-max) | / base | base spread | / 1-block copy |\n|---|---|---|---|---|---|---|---|\n",
+        "|  k | staging | collective | build | runs | busbw GB/s (min-max) | / base | base spread | / 1-block copy |\n|---|---|---|---|---|---|---|---|---|\n",
     );
     for l in lines {
         t += &format!(
-            "| {} | {} | {} | {} | {:.2} ({:.2}-{:.2}) | {:.3} | {:.1}% | {} |\n",
+            "| {} | {} | {} | {} | {} | {:.2} ({:.2}-{:.2}) | {:.3} | {:.1}% | {} |\n",
             l.k,
             l.buffsize,
+            l.collective,
             l.build,
             l.runs,
             l.mean_busbw,
@@ -288,9 +313,14 @@ pub fn main_with(a: CompareArgs) -> i32 {
                     break 'all;
                 }
                 match bench_once(&a, &builds[i], k, bs, &tmp) {
-                    Ok(r) => {
-                        println!("{} k={k} staging={bs}: busbw {:.2} GB/s", r.build, r.busbw);
-                        runs.push(r);
+                    Ok(rs) => {
+                        for r in rs {
+                            println!(
+                                "{} k={k} staging={bs} {}: busbw {:.2} GB/s",
+                                r.build, r.collective, r.busbw
+                            );
+                            runs.push(r);
+                        }
                     }
                     Err(e) => {
                         eprintln!("ringreduce-compare: {e}");
@@ -356,6 +386,7 @@ mod tests {
             build: n.into(),
             k: 4,
             buffsize: "2M".into(),
+            collective: "all_reduce".into(),
             busbw: bw,
             busbw_in_place: bw,
             block_copy_gbps: Some(50.0),
@@ -373,8 +404,8 @@ mod tests {
         assert!((l[0].base_spread - 0.1).abs() < 1e-12);
         assert!((l[1].vs_base - 1.1).abs() < 1e-12);
         assert!((l[1].vs_block_copy.unwrap() - 0.22).abs() < 1e-12);
-        assert!(
-            table(&l).contains("| 4 | 2M | v | 2 | 11.00 (11.00-11.00) | 1.100 | 10.0% | 0.220 |")
-        );
+        assert!(table(&l).contains(
+            "| 4 | 2M | all_reduce | v | 2 | 11.00 (11.00-11.00) | 1.100 | 10.0% | 0.220 |"
+        ));
     }
 }

@@ -203,6 +203,64 @@ fn compare_runs_the_base_first_and_last() {
     assert!(stdout.contains("| base spread |"));
 }
 
+/// With `--collective all` every collective of a run is a line of its
+/// own, so a reduce-scatter is never read off an all-reduce's figure.
+#[test]
+fn compare_keeps_each_collective_apart() {
+    let bench = env!("CARGO_BIN_EXE_ringreduce-bench");
+    let json = tmp("compare-all").join("c.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_ringreduce-compare"))
+        .args([
+            "--cpu", "--size", "4K", "--ks", "3", "--rounds", "1", "--iters", "1", "--warmup", "0",
+        ])
+        .arg(format!("base={bench}"))
+        .arg(format!("same={bench}"))
+        .arg("-J")
+        .arg(&json)
+        .args(["--", "--collective", "all"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    // base, same, base: three runs of three collectives each.
+    assert_eq!(doc["runs"].as_array().unwrap().len(), 9);
+    let lines = doc["lines"].as_array().unwrap();
+    let mut seen: Vec<(&str, &str)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["collective"].as_str().unwrap(),
+                l["build"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("all_gather", "base"),
+            ("all_gather", "same"),
+            ("all_reduce", "base"),
+            ("all_reduce", "same"),
+            ("reduce_scatter", "base"),
+            ("reduce_scatter", "same"),
+        ]
+    );
+    for l in lines.iter().filter(|l| l["build"] == "base") {
+        assert_eq!(l["runs"], 2, "{l}");
+    }
+    assert!(
+        stdout.contains("| 3 | 2M | reduce_scatter | base | 2 |"),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn compare_refuses_a_missing_build() {
     let o = Command::new(env!("CARGO_BIN_EXE_ringreduce-compare"))
