@@ -116,6 +116,10 @@ pub struct BenchArgs {
     /// Write a PNG of busbw against size.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Run nothing: draw `--plot` from this earlier `-J` report (to redraw
+    /// committed results after the plot changes).
+    #[arg(long, value_name = "JSON", requires = "plot")]
+    pub replot: Option<PathBuf>,
     /// Turn off the waits' abort and timeout polling (to measure its cost).
     #[arg(long = "no-watchdog")]
     pub no_watchdog: bool,

@@ -2,7 +2,7 @@
 //! the ceilings as horizontal lines. The font is embedded (DejaVu Sans via
 //! plotters' ab_glyph backend), so no system fonts are needed.
 
-use crate::report::Report;
+use crate::report::{Report, Row};
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 use std::path::Path;
@@ -49,18 +49,14 @@ pub fn draw(r: &Report, path: &Path) -> Result<(), String> {
         .x_label_formatter(&|v| human(*v))
         .draw()
         .map_err(|x| e(&x))?;
-    let mut keys: Vec<(String, String)> = rows
-        .iter()
-        .map(|x| (x.dtype.clone(), x.op.clone()))
-        .collect();
-    keys.dedup();
     let mut color = 0usize;
     for (label, set) in [("ringreduce", &r.rows), ("NCCL", &r.nccl_rows)] {
-        for (d, o) in &keys {
+        let keys = series(set);
+        for key in &keys {
             for (place, ip) in [("oop", false), ("ip", true)] {
                 let pts: Vec<(f64, f64)> = set
                     .iter()
-                    .filter(|x| &x.dtype == d && &x.op == o && x.size > 0)
+                    .filter(|x| Series::of(x) == *key && x.size > 0)
                     .map(|x| {
                         (
                             x.size as f64,
@@ -80,7 +76,7 @@ pub fn draw(r: &Report, path: &Path) -> Result<(), String> {
                 chart
                     .draw_series(LineSeries::new(pts, c.stroke_width(2)))
                     .map_err(|x| e(&x))?
-                    .label(format!("{label} {d} {o} {place}"))
+                    .label(format!("{label} {} {place}", key.label(&keys)))
                     .legend(move |(x, y)| {
                         PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
                     });
@@ -116,6 +112,58 @@ pub fn draw(r: &Report, path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// One line of the plot (before its placement): a sweep with
+/// `--collective all` or `--algo all` holds several, and drawing them as
+/// one line joined each one's largest size back to the next one's smallest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Series {
+    pub collective: String,
+    pub algorithm: String,
+    pub dtype: String,
+    pub op: String,
+}
+
+impl Series {
+    fn of(r: &Row) -> Self {
+        Series {
+            collective: r.collective.clone(),
+            algorithm: r.algorithm.clone(),
+            dtype: r.dtype.clone(),
+            op: r.op.clone(),
+        }
+    }
+
+    /// The fields that tell this series from the others in `all`, so
+    /// that a legend of one collective and one algorithm stays short.
+    pub fn label(&self, all: &[Series]) -> String {
+        let differs = |f: fn(&Series) -> &String| all.iter().any(|s| f(s) != f(self));
+        let mut parts: Vec<&str> = Vec::new();
+        for f in [
+            (|s: &Series| &s.collective) as fn(&Series) -> &String,
+            |s| &s.algorithm,
+        ] {
+            if differs(f) {
+                parts.push(f(self));
+            }
+        }
+        parts.push(&self.dtype);
+        parts.push(&self.op);
+        parts.join(" ")
+    }
+}
+
+/// The series of `rows`, in the order each first appears.
+pub fn series(rows: &[Row]) -> Vec<Series> {
+    let mut out: Vec<Series> = Vec::new();
+    for r in rows {
+        let s = Series::of(r);
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    out
+}
+
 fn human(v: f64) -> String {
     let v = v as u64;
     if v >= 1 << 30 {
@@ -126,5 +174,65 @@ fn human(v: f64) -> String {
         format!("{}K", v >> 10)
     } else {
         format!("{v}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Perf;
+
+    fn row(collective: &str, algorithm: &str, size: u64) -> Row {
+        Row {
+            collective: collective.into(),
+            size,
+            count: size / 4,
+            dtype: "float".into(),
+            op: "sum".into(),
+            root: -1,
+            channels: 1,
+            algorithm: algorithm.into(),
+            out_of_place: perf(),
+            in_place: perf(),
+        }
+    }
+
+    fn perf() -> Perf {
+        Perf {
+            time_us: 1.0,
+            algbw: 1.0,
+            busbw: 1.0,
+            wrong: Some(0),
+            busbw_vs_ceiling: None,
+            vs_device_copy: None,
+            host_us: None,
+        }
+    }
+
+    #[test]
+    fn each_collective_and_algorithm_is_a_line_of_its_own() {
+        let rows: Vec<Row> = ["reduce_scatter", "all_gather", "all_reduce"]
+            .iter()
+            .flat_map(|c| {
+                [("ring", 8), ("ring", 1024), ("local", 8), ("local", 1024)]
+                    .map(|(a, n)| row(c, a, n))
+            })
+            .collect();
+        let s = series(&rows);
+        assert_eq!(s.len(), 6);
+        assert_eq!(s[0].label(&s), "reduce_scatter ring float sum");
+        assert_eq!(s[5].label(&s), "all_reduce local float sum");
+        // Within a series the sizes only grow: no line back to the start.
+        for k in &s {
+            let sizes: Vec<u64> = rows
+                .iter()
+                .filter(|r| Series::of(r) == *k)
+                .map(|r| r.size)
+                .collect();
+            assert!(sizes.windows(2).all(|w| w[0] < w[1]), "{k:?}: {sizes:?}");
+        }
+        let one = series(&rows[..2]);
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].label(&one), "float sum");
     }
 }

@@ -122,6 +122,13 @@ pub fn run(args: BenchArgs, argv: Vec<String>) -> i32 {
 }
 
 fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
+    if let (Some(json), Some(png)) = (&args.replot, &args.plot) {
+        let text = std::fs::read_to_string(json).map_err(|e| format!("{}: {e}", json.display()))?;
+        let report: Report =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", json.display()))?;
+        plot::draw(&report, png)?;
+        return Ok(0);
+    }
     if args.ranks == 0 {
         return Err("-g must be at least 1".into());
     }

@@ -90,8 +90,40 @@ fn cpu_run_end_to_end() {
     let png_bytes = std::fs::read(&png).unwrap();
     assert_eq!(&png_bytes[..8], b"\x89PNG\r\n\x1a\n");
     assert!(png_bytes.len() > 10_000);
+    // The same plot, redrawn from the JSON alone without running anything.
+    let again = tmp("replot.png");
+    let out = Command::new(env!("CARGO_BIN_EXE_ringreduce-bench"))
+        .arg("--replot")
+        .arg(&json)
+        .arg("--plot")
+        .arg(&again)
+        .output()
+        .expect("replot");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty(), "--replot ran a sweep");
+    assert_eq!(std::fs::read(&again).unwrap(), png_bytes);
+    // Without --plot, or from a missing report: exit code 2.
+    for extra in [
+        &["--replot", "/nonexistent.json", "--plot"][..],
+        &["--replot"],
+    ] {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_ringreduce-bench"));
+        c.args(extra);
+        if extra.len() == 3 {
+            c.arg(&again);
+        } else {
+            c.arg(&json);
+        }
+        let out = c.output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+    }
     let _ = std::fs::remove_file(json);
     let _ = std::fs::remove_file(png);
+    let _ = std::fs::remove_file(again);
 }
 
 #[test]
