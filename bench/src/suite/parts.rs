@@ -261,13 +261,15 @@ pub fn all() -> Vec<Part> {
             "-b 8 -e 8 -n 1 -w 1",
             15,
         ),
+        // The six size sweeps took 24-49 s each on an H100 (twenty-sixth
+        // session); the estimates allow about twice that.
         sweep(
             "bench-sweep-k4-auto",
             "size sweep of all three collectives, k = 4, f32 sum, 8 B to 1 GiB, factor 4, auto (local on one GPU), automatic channels",
             "-g 4 -d float -o sum -f 4 --collective all",
             "-b 8 -e 1G -n 5 -w 2",
             "-b 8 -e 512K -n 2 -w 1",
-            150,
+            70,
         ),
         sweep(
             "bench-sweep-k4-C1",
@@ -275,7 +277,7 @@ pub fn all() -> Vec<Part> {
             "-g 4 -d float -o sum -f 4 --collective all -C 1 --algo ring",
             "-b 8 -e 1G -n 5 -w 2",
             "-b 8 -e 512K -n 2 -w 1",
-            200,
+            70,
         ),
         sweep(
             "bench-sweep-k8-auto",
@@ -283,7 +285,7 @@ pub fn all() -> Vec<Part> {
             "-g 8 -d float -o sum -f 4 --collective all",
             "-b 8 -e 1G -n 5 -w 2",
             "-b 8 -e 512K -n 2 -w 1",
-            200,
+            100,
         ),
         sweep(
             "bench-sweep-k8-C1",
@@ -291,7 +293,7 @@ pub fn all() -> Vec<Part> {
             "-g 8 -d float -o sum -f 4 --collective all -C 1 --algo ring",
             "-b 8 -e 1G -n 5 -w 2",
             "-b 8 -e 512K -n 2 -w 1",
-            250,
+            100,
         ),
         sweep(
             "bench-sweep-k2-auto",
@@ -299,7 +301,7 @@ pub fn all() -> Vec<Part> {
             "-g 2 -d float -o sum -f 4 --collective all",
             "-b 8 -e 1G -n 5 -w 2",
             "-b 8 -e 512K -n 2 -w 1",
-            120,
+            50,
         ),
         sweep(
             "bench-sweep-k2-C1",
@@ -307,7 +309,7 @@ pub fn all() -> Vec<Part> {
             "-g 2 -d float -o sum -f 4 --collective all -C 1 --algo ring",
             "-b 8 -e 1G -n 5 -w 2",
             "-b 8 -e 512K -n 2 -w 1",
-            150,
+            50,
         ),
         sweep(
             "bench-table-k2-auto",
