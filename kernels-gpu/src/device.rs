@@ -69,8 +69,9 @@ pub const RELEASE_SLOTS: usize = 2;
 
 /// The block-internal handoff between the control lane and the producer
 /// lanes: the protocol verbs of the ring engine, apart from the machine's
-/// intrinsics ([`Device`]). The GPU maps them to shared words and named
-/// barriers; the CPU execution to barriers of OS threads.
+/// intrinsics ([`Device`]). The GPU maps them to shared words, `mbarrier`
+/// phases (a polled count before sm_80) and named barriers; the CPU
+/// execution to barriers of OS threads.
 ///
 /// # Safety
 /// Implementations must give the memory-order guarantees documented per

@@ -54,7 +54,7 @@ unsafe impl<const THREADS: u32> Handoff for Gpu<THREADS> {
             // SAFETY: the slot, declared in `SHARED_DECLARATIONS` with the
             // 16-byte alignment of each pair. Spelled out, not a loop over
             // the words, which LLVM kept in local memory. Volatile like the
-            // `failed` word: strong accesses, ordered by the release below.
+            // `failed` word: strong accesses, ordered by `open_slice` below.
             unsafe {
                 asm!(
                     "st.volatile.shared.v2.u64 [{a}], {{{w0}, {w1}}};",
