@@ -52,11 +52,17 @@ pub fn draw(r: &Report, path: &Path) -> Result<(), String> {
     let mut color = 0usize;
     for (label, set) in [("ringreduce", &r.rows), ("NCCL", &r.nccl_rows)] {
         let keys = series(set);
-        for key in &keys {
+        for (key, run, rows) in lines(set) {
+            let again = match (run, r.algorithm.as_str()) {
+                (0, _) => String::new(),
+                // `--algo all` runs each forced algorithm once, then Auto.
+                (_, "all") => " (auto)".to_string(),
+                (n, _) => format!(" (sweep {})", n + 1),
+            };
             for (place, ip) in [("oop", false), ("ip", true)] {
-                let pts: Vec<(f64, f64)> = set
+                let pts: Vec<(f64, f64)> = rows
                     .iter()
-                    .filter(|x| Series::of(x) == *key && x.size > 0)
+                    .filter(|x| x.size > 0)
                     .map(|x| {
                         (
                             x.size as f64,
@@ -76,7 +82,7 @@ pub fn draw(r: &Report, path: &Path) -> Result<(), String> {
                 chart
                     .draw_series(LineSeries::new(pts, c.stroke_width(2)))
                     .map_err(|x| e(&x))?
-                    .label(format!("{label} {} {place}", key.label(&keys)))
+                    .label(format!("{label} {}{again} {place}", key.label(&keys)))
                     .legend(move |(x, y)| {
                         PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
                     });
@@ -164,6 +170,26 @@ pub fn series(rows: &[Row]) -> Vec<Series> {
     out
 }
 
+/// The plot's lines: each series' rows in report order, split where the
+/// size stops growing, which is where a later sweep (Auto's, after the
+/// forced ones) ran the same series again. With the sweep's number, from 0.
+pub fn lines(rows: &[Row]) -> Vec<(Series, usize, Vec<&Row>)> {
+    let mut out: Vec<(Series, usize, Vec<&Row>)> = Vec::new();
+    for key in series(rows) {
+        let mut run: Vec<&Row> = Vec::new();
+        let mut n = 0;
+        for r in rows.iter().filter(|r| Series::of(r) == key) {
+            if run.last().is_some_and(|p| r.size <= p.size) {
+                out.push((key.clone(), n, std::mem::take(&mut run)));
+                n += 1;
+            }
+            run.push(r);
+        }
+        out.push((key, n, run));
+    }
+    out
+}
+
 fn human(v: f64) -> String {
     let v = v as u64;
     if v >= 1 << 30 {
@@ -231,6 +257,20 @@ mod tests {
                 .collect();
             assert!(sizes.windows(2).all(|w| w[0] < w[1]), "{k:?}: {sizes:?}");
         }
+        // A later sweep of the same series (Auto running local after the
+        // forced local sweep) is a line of its own.
+        let mut twice = rows.clone();
+        twice.extend([
+            row("all_reduce", "local", 8),
+            row("all_reduce", "local", 1024),
+        ]);
+        let ls = lines(&twice);
+        assert_eq!(ls.len(), 7);
+        let again: Vec<_> = ls.iter().filter(|(_, n, _)| *n == 1).collect();
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].0.label(&s), "all_reduce local float sum");
+        let sizes: Vec<u64> = again[0].2.iter().map(|r| r.size).collect();
+        assert_eq!(sizes, [8, 1024]);
         let one = series(&rows[..2]);
         assert_eq!(one.len(), 1);
         assert_eq!(one[0].label(&one), "float sum");
