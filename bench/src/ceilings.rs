@@ -20,8 +20,9 @@ use std::time::Instant;
 
 const TIMING: Option<sys::CUevent_flags> = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+/// The median of `v` (not empty): the upper one of an even count.
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
 

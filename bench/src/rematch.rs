@@ -6,6 +6,7 @@
 //! fastest forced algorithm in alternating windows at each size cancels
 //! such drift, so the ratio judges the choice, not the machine.
 
+use crate::ceilings::median;
 use crate::cli::BenchArgs;
 use crate::clock::Clock;
 use crate::exact::FromSmall;
@@ -116,9 +117,10 @@ fn time_group<C: Clock, T: RsElement + FromSmall>(
             }
             auto.synchronize()?;
             best.synchronize()?;
-            for s in 0..2 {
-                side[s].sort_by(f64::total_cmp);
-                times[s][pi] = side[s].get(side[s].len() / 2).copied().unwrap_or(0.0);
+            // `rematch_all` runs this only with `args.rematch > 0`, so
+            // neither side is empty.
+            for (s, windows) in side.into_iter().enumerate() {
+                times[s][pi] = median(windows);
             }
         }
         out.push(Some((
