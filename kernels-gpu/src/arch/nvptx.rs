@@ -31,6 +31,23 @@ macro_rules! store_shared {
     };
 }
 
+/// The shared-space address of the module-scope array named by the macro
+/// `$name` (see `arch::SHARED_DECLARATIONS`).
+macro_rules! shared_base {
+    ($name:ident) => {{
+        let a: u64;
+        // SAFETY: only names a declared shared array.
+        unsafe {
+            asm!(
+                concat!("mov.u64 {a}, ", crate::$name!(), ";"),
+                a = out(reg64) a,
+                options(nomem, nostack, pure)
+            )
+        };
+        a
+    }};
+}
+
 /// A GPU block running the kernel; `THREADS` producers plus the control
 /// lane, running channel `channel` of one rank of its launch's batch.
 #[derive(Clone, Copy, Default)]
@@ -462,15 +479,7 @@ unsafe impl crate::device::Lanes for GpuLanes {
 #[cfg(target_feature = "sm_80")]
 #[inline(always)]
 fn slice_mbarrier(slice: u64) -> u64 {
-    let a: u64;
-    unsafe {
-        asm!(
-            concat!("mov.u64 {a}, ", crate::block_mbarriers!(), ";"),
-            a = out(reg64) a,
-            options(nomem, nostack, pure)
-        )
-    };
-    a + (slice % RELEASE_SLOTS as u64) * 8
+    release_slot(shared_base!(block_mbarriers), slice, 8)
 }
 
 /// Control lane, before the block barrier that starts the slices: each
@@ -575,30 +584,26 @@ fn wait_slice_open(slice: u64) {
 /// `slice`.
 #[inline(always)]
 fn failed_word(slice: u64) -> u64 {
-    let a: u64;
-    unsafe {
-        asm!(
-            concat!("mov.u64 {a}, ", crate::block_failed_words!(), ";"),
-            a = out(reg64) a,
-            options(nomem, nostack, pure)
-        )
-    };
-    a + (slice % RELEASE_SLOTS as u64) * 4
+    release_slot(shared_base!(block_failed_words), slice, 4)
 }
 
 /// The shared-memory address of the [`SliceWork`] of released slice
 /// `slice`.
 #[inline(always)]
 fn slice_slot(slice: u64) -> u64 {
-    let a: u64;
-    unsafe {
-        asm!(
-            concat!("mov.u64 {a}, ", crate::block_slices_array!(), ";"),
-            a = out(reg64) a,
-            options(nomem, nostack, pure)
-        )
-    };
-    a + (slice % RELEASE_SLOTS as u64) * SLICE_WORDS as u64 * 8
+    release_slot(
+        shared_base!(block_slices_array),
+        slice,
+        SLICE_WORDS as u64 * 8,
+    )
+}
+
+/// Entry `slice % RELEASE_SLOTS` of a per-release-slot shared array at
+/// `base` with entries of `bytes`: the work, the `failed` word and the
+/// `mbarrier` of a released slice sit in the same slot.
+#[inline(always)]
+fn release_slot(base: u64, slice: u64, bytes: u64) -> u64 {
+    base + (slice % RELEASE_SLOTS as u64) * bytes
 }
 
 // `release` and `await_release` move a slot as three 16-byte pairs.
