@@ -165,29 +165,35 @@ fn help_documents_every_part() {
     }
 }
 
-#[test]
-fn compare_runs_the_base_first_and_last() {
+/// `ringreduce-compare --cpu` of the bench against itself (`base` and
+/// `same`), 4 KiB, one iteration, with `args` and the bench flags
+/// `bench_flags`; asserts it succeeded and returns its stdout and JSON.
+fn compare_self(name: &str, args: &[&str], bench_flags: &[&str]) -> (String, serde_json::Value) {
     let bench = env!("CARGO_BIN_EXE_ringreduce-bench");
-    let json = tmp("compare").join("c.json");
+    let json = tmp(name).join("c.json");
     let o = Command::new(env!("CARGO_BIN_EXE_ringreduce-compare"))
-        .args([
-            "--cpu", "--size", "4K", "--ks", "2,3", "--rounds", "2", "--iters", "1", "--warmup",
-            "0",
-        ])
+        .args(["--cpu", "--size", "4K", "--iters", "1", "--warmup", "0"])
+        .args(args)
         .arg(format!("base={bench}"))
         .arg(format!("same={bench}"))
         .arg("-J")
         .arg(&json)
+        .args(bench_flags)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(
         o.status.success(),
         "{stdout}{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let doc = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    (stdout, doc)
+}
+
+#[test]
+fn compare_runs_the_base_first_and_last() {
+    let (stdout, doc) = compare_self("compare", &["--ks", "2,3", "--rounds", "2"], &[]);
     let runs = doc["runs"].as_array().unwrap();
     // Per k: base, same, base, same, base.
     assert_eq!(runs.len(), 10);
@@ -207,27 +213,11 @@ fn compare_runs_the_base_first_and_last() {
 /// own, so a reduce-scatter is never read off an all-reduce's figure.
 #[test]
 fn compare_keeps_each_collective_apart() {
-    let bench = env!("CARGO_BIN_EXE_ringreduce-bench");
-    let json = tmp("compare-all").join("c.json");
-    let o = Command::new(env!("CARGO_BIN_EXE_ringreduce-compare"))
-        .args([
-            "--cpu", "--size", "4K", "--ks", "3", "--rounds", "1", "--iters", "1", "--warmup", "0",
-        ])
-        .arg(format!("base={bench}"))
-        .arg(format!("same={bench}"))
-        .arg("-J")
-        .arg(&json)
-        .args(["--", "--collective", "all"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&o.stderr)
+    let (stdout, doc) = compare_self(
+        "compare-all",
+        &["--ks", "3", "--rounds", "1"],
+        &["--", "--collective", "all"],
     );
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     // base, same, base: three runs of three collectives each.
     assert_eq!(doc["runs"].as_array().unwrap().len(), 9);
     let lines = doc["lines"].as_array().unwrap();
