@@ -142,15 +142,12 @@ impl Series {
     /// The fields that tell this series from the others in `all`, so
     /// that a legend of one collective and one algorithm stays short.
     pub fn label(&self, all: &[Series]) -> String {
-        let differs = |f: fn(&Series) -> &String| all.iter().any(|s| f(s) != f(self));
         let mut parts: Vec<&str> = Vec::new();
-        for f in [
-            (|s: &Series| &s.collective) as fn(&Series) -> &String,
-            |s| &s.algorithm,
-        ] {
-            if differs(f) {
-                parts.push(f(self));
-            }
+        if all.iter().any(|s| s.collective != self.collective) {
+            parts.push(&self.collective);
+        }
+        if all.iter().any(|s| s.algorithm != self.algorithm) {
+            parts.push(&self.algorithm);
         }
         parts.push(&self.dtype);
         parts.push(&self.op);
