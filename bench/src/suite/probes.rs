@@ -35,7 +35,8 @@ pub fn probes(ctx: &Ctx, limit: Duration, part: &str, k: usize) -> (Status, Stri
 /// The figures of both logs: the library's local kernel per replayed launch
 /// against the empty one, and the best round of each host loop (`raw` is
 /// the raw launch of the library's own argument, `scalar` the same with
-/// the scalar path).
+/// the scalar path, `shifted` the library's call moved each time as the
+/// bench moves it).
 fn figure(kernel: &str, host: &str) -> String {
     let replayed = |shape: &str| {
         kernel
@@ -57,10 +58,11 @@ fn figure(kernel: &str, host: &str) -> String {
     };
     let us = |v: Option<f64>| v.map_or("?".into(), |v| format!("{v:.2} us"));
     format!(
-        "kernel replayed {} per launch (empty {}); per call: library {}, raw {}, scalar {}, empty {}",
+        "kernel replayed {} per launch (empty {}); per call: library {} ({} shifted), raw {}, scalar {}, empty {}",
         us(replayed("AR 2 f32, library's grid")),
         us(replayed("empty (no ranks)")),
         us(best("library")),
+        us(best("library shifted")),
         us(best("raw aligned")),
         us(best("raw")),
         us(best("empty")),
@@ -81,6 +83,7 @@ mod tests {
         let host = "k = 8, Local all-reduce of 2 f32, 8 blocks; per call:
   round 0: library 6.403 us host, 6.403 us between events
   round 1: library 5.934 us host, 5.934 us between events
+  round 0: library shifted 6.812 us host, 6.812 us between events
   round 0: raw 3.699 us host, 3.737 us between events
   round 0: raw aligned 3.365 us host, 3.400 us between events
   round 1: raw aligned 3.360 us host, 3.400 us between events
@@ -89,7 +92,7 @@ mod tests {
 ";
         assert_eq!(
             figure(kernel, host),
-            "kernel replayed 2.36 us per launch (empty 0.79 us); per call: library 5.93 us, raw 3.36 us, scalar 3.70 us, empty 2.64 us"
+            "kernel replayed 2.36 us per launch (empty 0.79 us); per call: library 5.93 us (6.81 us shifted), raw 3.36 us, scalar 3.70 us, empty 2.64 us"
         );
         assert!(figure("", "").contains("library ?"));
     }
