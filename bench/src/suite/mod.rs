@@ -265,6 +265,11 @@ mod tests {
             .count();
         assert!(benches >= 15, "{benches} bench parts");
         assert_eq!(b.len(), all - benches - 1);
+        // The k = 8 large sizes are two parts under one prefix.
+        assert_eq!(
+            names(&choose(&v(&["auto-large-k8"]), &[]).unwrap()),
+            ["auto-large-k8-256M", "auto-large-k8-1G"]
+        );
         // "soak-k" is no part name nor a dash-separated prefix.
         assert!(choose(&v(&["soak-k"]), &[]).is_err());
         assert!(choose(&[], &v(&["nope"])).is_err_and(|e| e.contains("tests")));
