@@ -221,9 +221,9 @@ unsafe fn wait_for_slice<D: Device>(d: &D, ch: &Channel, s: SliceAt, seen: &mut 
         // One look inline before the out-of-line wait: when the counter is
         // already there, the call and the spills around it are skipped.
         // SAFETY: `flag` is a flag of this channel's connection.
-        let seen = unsafe { d.load_acquire(flag as *const u64, ch.rank.scope()) };
-        if seen >= want {
-            *cached = seen;
+        let now = unsafe { d.load_acquire(flag as *const u64, ch.rank.scope()) };
+        if now >= want {
+            *cached = now;
             return true;
         }
         let at = WaitSite {
