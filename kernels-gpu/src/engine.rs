@@ -220,6 +220,8 @@ unsafe fn wait_for_slice<D: Device>(d: &D, ch: &Channel, s: SliceAt, seen: &mut 
         }
         // One look inline before the out-of-line wait: when the counter is
         // already there, the call and the spills around it are skipped.
+        // Here, not as an inlined head of `wait_at_least`: there LLVM
+        // writes the wait's context to local memory before the look.
         // SAFETY: `flag` is a flag of this channel's connection.
         let now = unsafe { d.load_acquire(flag as *const u64, ch.rank.scope()) };
         if now >= want {
