@@ -3,9 +3,15 @@
 //! buffers (one per layer kind, say), and validating and planning each
 //! again was about 40% of a small local call's own host time
 //! (`bench/NOTES.md`, twenty-second session).
+//!
+//! A call that moves its buffers (views into a flat bucket, nccl-tests'
+//! shifting) matches no key, but a kept plan of the same shape needs only
+//! new pointers: the memo copies it into the oldest entry's allocations
+//! and re-points it, after a pass over the ranks when every buffer moved
+//! by one offset, or after validation otherwise (twenty-eighth session).
 
 use crate::error::Result;
-use crate::planner::{plan, BufferSpan, CallOpts, Plan};
+use crate::planner::{moved_whole, plan, repoint, repointable, BufferSpan, CallOpts, Plan};
 use ringreduce_kernels::{Collective, DataType};
 
 /// Plans kept: enough for the few distinct calls a step alternates
@@ -23,7 +29,48 @@ struct Key {
     spans: Vec<BufferSpan>,
 }
 
+impl Clone for Key {
+    fn clone(&self) -> Self {
+        Key {
+            c: self.c,
+            dtype: self.dtype,
+            opts: self.opts,
+            conns: self.conns.clone(),
+            spans: self.spans.clone(),
+        }
+    }
+
+    /// Into the vectors' own allocations, as [`Plan`]'s.
+    fn clone_from(&mut self, source: &Self) {
+        (self.c, self.dtype, self.opts) = (source.c, source.dtype, source.opts);
+        self.conns.clone_from(&source.conns);
+        self.spans.clone_from(&source.spans);
+    }
+}
+
 impl Key {
+    /// The same inputs but for the buffers' addresses: a plan made for
+    /// them may be [`repoint`]ed.
+    fn same_shape(
+        &self,
+        c: Collective,
+        conns: &[u64],
+        spans: &[BufferSpan],
+        dtype: DataType,
+        opts: &CallOpts,
+    ) -> bool {
+        self.c == c
+            && self.dtype == dtype
+            && self.opts == *opts
+            && self.conns == conns
+            && self.spans.len() == spans.len()
+            && self
+                .spans
+                .iter()
+                .zip(spans)
+                .all(|(a, b)| (a.send_len, a.recv_len) == (b.send_len, b.recv_len))
+    }
+
     fn matches(
         &self,
         c: Collective,
@@ -68,24 +115,79 @@ impl PlanMemo {
             // Already the latest: nothing to move.
             Some(i) if i + 1 == self.kept.len() => return Ok(&self.kept[i].1),
             Some(i) => self.kept.remove(i),
-            None => {
-                let p = plan(c, conns, spans, dtype, opts)?;
-                if self.kept.len() == MEMO_PLANS {
-                    self.kept.remove(0);
-                }
-                let key = Key {
-                    c,
-                    dtype,
-                    opts,
-                    conns: conns.to_vec(),
-                    spans: spans.to_vec(),
-                };
-                (key, p)
-            }
+            None => match self.repointed(c, conns, spans, dtype, &opts)? {
+                Some(entry) => entry,
+                None => self.planned(c, conns, spans, dtype, opts)?,
+            },
         };
         let latest = self.kept.len();
         self.kept.push(entry);
         Ok(&self.kept[latest].1)
+    }
+
+    /// A kept plan of the same shape, copied (into the oldest entry's
+    /// allocations once the memo is full) and pointed at `spans`; `None`
+    /// when none is kept or the addresses change more than the pointers.
+    /// One whose buffers `spans` moves whole is looked for first, since it
+    /// needs no validation.
+    fn repointed(
+        &mut self,
+        c: Collective,
+        conns: &[u64],
+        spans: &[BufferSpan],
+        dtype: DataType,
+        opts: &CallOpts,
+    ) -> Result<Option<(Key, Plan)>> {
+        let alike = |key: &Key| key.same_shape(c, conns, spans, dtype, opts);
+        let whole = self
+            .kept
+            .iter()
+            .rposition(|(key, p)| alike(key) && moved_whole(p, &key.spans, spans, dtype));
+        let like = match whole {
+            Some(i) => i,
+            None => match self.kept.iter().rposition(|(key, _)| alike(key)) {
+                Some(i) if repointable(c, &self.kept[i].1, spans, dtype)? => i,
+                _ => return Ok(None),
+            },
+        };
+        let mut entry = if self.kept.len() < MEMO_PLANS {
+            self.kept[like].clone()
+        } else {
+            // The oldest goes; when it is the one alike, it is reused as is.
+            let mut oldest = self.kept.remove(0);
+            if like > 0 {
+                let (key, p) = &self.kept[like - 1];
+                oldest.0.clone_from(key);
+                oldest.1.clone_from(p);
+            }
+            oldest
+        };
+        entry.0.spans.copy_from_slice(spans);
+        repoint(&mut entry.1, spans);
+        Ok(Some(entry))
+    }
+
+    /// A new plan, made whole.
+    fn planned(
+        &mut self,
+        c: Collective,
+        conns: &[u64],
+        spans: &[BufferSpan],
+        dtype: DataType,
+        opts: CallOpts,
+    ) -> Result<(Key, Plan)> {
+        let p = plan(c, conns, spans, dtype, opts)?;
+        if self.kept.len() == MEMO_PLANS {
+            self.kept.remove(0);
+        }
+        let key = Key {
+            c,
+            dtype,
+            opts,
+            conns: conns.to_vec(),
+            spans: spans.to_vec(),
+        };
+        Ok((key, p))
     }
 }
 
@@ -128,7 +230,7 @@ mod tests {
             .collect()
     }
 
-    /// 2,000 calls, repeats and changes mixed (a fixed pseudo-random
+    /// 4,000 calls, repeats and changes mixed (a fixed pseudo-random
     /// sequence), each planned by the memo exactly as by `plan`, errors
     /// included.
     #[test]
@@ -143,9 +245,11 @@ mod tests {
             x % m
         };
         let mut call = (Collective::AllReduce, 2, 0x7000_0000, DataType::F32, false);
+        let mut layout = 0;
         let mut repeats = 0;
-        for _ in 0..2000 {
-            // Half the calls repeat the last one; the rest change one input.
+        for _ in 0..4000 {
+            // Four calls in ten repeat the last one; the rest change one
+            // input. Moved buffers keep or change the alignment residue.
             match pick(10) {
                 0 => {
                     call.0 = [
@@ -156,9 +260,20 @@ mod tests {
                 }
                 1 => call.1 = [0, 2, 1 + pick(70_000)][pick(3) as usize],
                 // The middle base is misaligned for every type: a bad input.
-                2 => call.2 = [0x7000_0000, 0x7000_0001, 0x9000_0000][pick(3) as usize],
+                2 => {
+                    call.2 = [
+                        0x7000_0000,
+                        0x7000_0001,
+                        0x9000_0000,
+                        0x7000_0000 + 16 * pick(1000),
+                        0x7000_0004 + 16 * pick(1000),
+                    ][pick(5) as usize]
+                }
                 3 => call.3 = [DataType::F32, DataType::F64, DataType::U8][pick(3) as usize],
                 4 => call.4 = !call.4,
+                // Rank 1's buffers as the others', 4 bytes on (padded, or
+                // misaligned), or its output on rank 0's (an overlap).
+                5 => layout = pick(3),
                 _ => repeats += 1,
             }
             let (c, n, base, dtype, fault) = call;
@@ -166,12 +281,52 @@ mod tests {
             if fault {
                 o.fault = Some((1, 0, 1));
             }
-            let sp = spans(c, k, n, base);
+            let mut sp = spans(c, k, n, base);
+            match layout {
+                1 => (sp[1].send, sp[1].recv) = (sp[1].send + 4, sp[1].recv + 4),
+                2 => sp[1].recv = sp[0].recv,
+                _ => {}
+            }
             let want = plan(c, &cs, &sp, dtype, o);
             let got = memo.plan(c, &cs, &sp, dtype, o).cloned();
             assert_eq!(format!("{want:?}"), format!("{got:?}"));
         }
-        assert!(repeats > 500, "the sequence must repeat calls: {repeats}");
+        assert!(repeats > 1000, "the sequence must repeat calls: {repeats}");
+    }
+
+    /// A move of every buffer by one multiple of the pack keeps the plan
+    /// but its pointers; any other move, or one that reaches address 0 or
+    /// wraps, is not taken for one.
+    #[test]
+    fn whole_moves_change_only_the_pointers() {
+        let (c, k, n) = (Collective::AllReduce, 4, 1000);
+        let cs = conns(k);
+        let old = spans(c, k, n, 0x7000_0000);
+        let kept = plan(c, &cs, &old, DataType::F32, opts()).unwrap();
+        let moved = |d: i64| -> Vec<BufferSpan> {
+            old.iter()
+                .map(|b| BufferSpan {
+                    send: b.send.wrapping_add_signed(d),
+                    recv: b.recv.wrapping_add_signed(d),
+                    ..*b
+                })
+                .collect()
+        };
+        for d in [16, -16, 48 << 20, -(0x7000_0000 - 16)] {
+            let new = moved(d);
+            assert!(moved_whole(&kept, &old, &new, DataType::F32), "{d}");
+            let mut p = kept.clone();
+            repoint(&mut p, &new);
+            assert_eq!(p, plan(c, &cs, &new, DataType::F32, opts()).unwrap());
+        }
+        // Off the pack (the residue changes), onto address 0, or wrapped.
+        for d in [4, 8, -0x7000_0000, i64::MIN + 16] {
+            assert!(!moved_whole(&kept, &old, &moved(d), DataType::F32), "{d}");
+        }
+        let mut one = old.clone();
+        one[2].recv += 16;
+        assert!(!moved_whole(&kept, &old, &one, DataType::F32));
+        assert!(!moved_whole(&Plan::Nothing, &old, &old, DataType::F32));
     }
 
     #[test]

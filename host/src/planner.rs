@@ -242,7 +242,7 @@ pub fn call_channels(
 }
 
 /// What a collective turns into.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum Plan {
     /// Nothing to move (a count of 0, or one rank in place).
     Nothing,
@@ -268,6 +268,55 @@ pub enum Plan {
         /// Each user rank's work.
         works: Vec<Work>,
     },
+}
+
+impl Clone for Plan {
+    fn clone(&self) -> Self {
+        match self {
+            Plan::Nothing => Plan::Nothing,
+            &Plan::Copy { send, recv, bytes } => Plan::Copy { send, recv, bytes },
+            Plan::Launch {
+                algorithm,
+                channels,
+                sizing,
+                aligned,
+                works,
+            } => Plan::Launch {
+                algorithm: *algorithm,
+                channels: *channels,
+                sizing: *sizing,
+                aligned: *aligned,
+                works: works.clone(),
+            },
+        }
+    }
+
+    /// Into the works' own allocation when both are launches: the memo
+    /// recycles its oldest plan this way instead of allocating.
+    fn clone_from(&mut self, source: &Self) {
+        match (self, source) {
+            (
+                Plan::Launch {
+                    algorithm,
+                    channels,
+                    sizing,
+                    aligned,
+                    works,
+                },
+                Plan::Launch {
+                    algorithm: a,
+                    channels: ch,
+                    sizing: sz,
+                    aligned: al,
+                    works: w,
+                },
+            ) => {
+                (*algorithm, *channels, *sizing, *aligned) = (*a, *ch, *sz, *al);
+                works.clone_from(w);
+            }
+            (me, _) => *me = source.clone(),
+        }
+    }
 }
 
 fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
@@ -307,7 +356,6 @@ pub fn validate(c: Collective, bufs: &[BufferSpan], k: usize, dtype: DataType) -
     let block_bytes = n.checked_mul(sz).ok_or(overflow.clone())?;
     block_bytes.checked_mul(k as u64).ok_or(overflow.clone())?;
     let (send_len, recv_len) = c.lengths(k as u64, n);
-    let mut ranges = Vec::with_capacity(2 * k);
     for (rank, b) in bufs.iter().enumerate() {
         let got = count_of(c, b);
         if got != n {
@@ -358,22 +406,30 @@ pub fn validate(c: Collective, bufs: &[BufferSpan], k: usize, dtype: DataType) -
                 collective: c.name(),
             });
         }
-        // Whether the buffer is a send, as a flag: every call runs the
-        // k^2 loop below.
-        ranges.push((rank, true, send));
-        ranges.push((rank, false, recv));
     }
+    // Between ranks, only two sends may overlap: nobody writes them. The
+    // pairs in the order of rank, then send before recv, without
+    // collecting them: this runs on every call that misses the memo.
+    let ranges = |b: &BufferSpan| {
+        [
+            (true, (b.send, send_len * sz)),
+            (false, (b.recv, recv_len * sz)),
+        ]
+    };
     let name = |is_send: bool| if is_send { "send" } else { "recv" };
-    // Between ranks, only two sends may overlap: nobody writes them.
-    for (i, &(a, a_send, ra)) in ranges.iter().enumerate() {
-        for &(b, b_send, rb) in &ranges[i + 1..] {
-            if a != b && !(a_send && b_send) && overlaps(ra, rb) {
-                return Err(Error::Overlap {
-                    a,
-                    a_which: name(a_send),
-                    b,
-                    b_which: name(b_send),
-                });
+    for (a, ba) in bufs.iter().enumerate() {
+        for (a_send, ra) in ranges(ba) {
+            for (b, bb) in bufs.iter().enumerate().skip(a + 1) {
+                for (b_send, rb) in ranges(bb) {
+                    if !(a_send && b_send) && overlaps(ra, rb) {
+                        return Err(Error::Overlap {
+                            a,
+                            a_which: name(a_send),
+                            b,
+                            b_which: name(b_send),
+                        });
+                    }
+                }
             }
         }
     }
@@ -393,20 +449,15 @@ pub fn sizing(dtype: DataType, buffer_bytes: u64, threads: u64, padded: bool) ->
     })
 }
 
-/// Plans one collective over `k` ranks whose connections sit at `conns`
-/// (one address per user rank): validates, picks the channels, the wide or
-/// scalar path and the slots, and fills every rank's work.
-pub fn plan(
+/// What a call's addresses decide besides the pointers themselves:
+/// [`validate`]'s count, and the alignment residue every rank's blocks
+/// share (`None`: the call is padded, see [`common_residue`]).
+fn addresses(
     c: Collective,
-    conns: &[u64],
     bufs: &[BufferSpan],
+    k: usize,
     dtype: DataType,
-    opts: CallOpts,
-) -> Result<Plan> {
-    let k = conns.len();
-    if k == 0 {
-        return Err(Error::ZeroRanks);
-    }
+) -> Result<(u64, Option<u64>)> {
     let n = validate(c, bufs, k, dtype)?;
     let sz = dtype.size();
     let blocks = Geometry::new(c, k as u64, n, sz, 1, 1);
@@ -424,6 +475,83 @@ pub fn plan(
         blocks.block_elems,
         sz,
     );
+    Ok((n, residue))
+}
+
+/// Whether `kept`, a launch [`plan`] made for buffers of the same lengths
+/// with every other input the same, becomes `plan`'s result for `bufs` by
+/// [`repoint`] alone: `bufs` pass [`validate`] (its error otherwise, as
+/// `plan`'s) and share `kept`'s alignment residue, the one thing besides
+/// the pointers that the addresses decide. A loop that moves its buffers
+/// (nccl-tests does) then pays a check, not a plan, per call.
+pub fn repointable(
+    c: Collective,
+    kept: &Plan,
+    bufs: &[BufferSpan],
+    dtype: DataType,
+) -> Result<bool> {
+    let Plan::Launch { aligned, works, .. } = kept else {
+        return Ok(false);
+    };
+    let (_, residue) = addresses(c, bufs, works.len(), dtype)?;
+    Ok(residue == aligned.then(|| works[0].residue))
+}
+
+/// Whether `bufs` are `old` (for which `kept`, a launch, was planned)
+/// moved together by one offset, a multiple of [`PACK_BYTES`], with no
+/// address wrapping and none null: everything [`validate`] and the
+/// residue check is unchanged by such a move, so [`repoint`] alone gives
+/// `plan`'s result, in a pass over the ranks instead of `validate`'s k^2
+/// overlap test. That is how a loop over per-rank buffers laid out alike
+/// moves (bucket views at one offset; nccl-tests' shifting).
+pub fn moved_whole(kept: &Plan, old: &[BufferSpan], bufs: &[BufferSpan], dtype: DataType) -> bool {
+    let (Plan::Launch { .. }, Some(o), Some(b)) = (kept, old.first(), bufs.first()) else {
+        return false;
+    };
+    let d = b.send.wrapping_sub(o.send) as i64;
+    let sz = dtype.size();
+    let moved = |from: u64, to: u64, len: u64| {
+        from.checked_add_signed(d) == Some(to)
+            && to != 0
+            && to.checked_add(len.saturating_mul(sz)).is_some()
+    };
+    // A multiple of the pack is one of every element size too.
+    d.rem_euclid(PACK_BYTES as i64) == 0
+        && old.len() == bufs.len()
+        && old.iter().zip(bufs).all(|(o, b)| {
+            (o.send_len, o.recv_len) == (b.send_len, b.recv_len)
+                && moved(o.send, b.send, b.send_len)
+                && moved(o.recv, b.recv, b.recv_len)
+        })
+}
+
+/// Points a launch plan's works at `bufs` (user-rank order); see
+/// [`repointable`].
+pub fn repoint(plan: &mut Plan, bufs: &[BufferSpan]) {
+    if let Plan::Launch { works, .. } = plan {
+        for (w, b) in works.iter_mut().zip(bufs) {
+            (w.send, w.recv) = (b.send, b.recv);
+        }
+    }
+}
+
+/// Plans one collective over `k` ranks whose connections sit at `conns`
+/// (one address per user rank): validates, picks the channels, the wide or
+/// scalar path and the slots, and fills every rank's work.
+pub fn plan(
+    c: Collective,
+    conns: &[u64],
+    bufs: &[BufferSpan],
+    dtype: DataType,
+    opts: CallOpts,
+) -> Result<Plan> {
+    let k = conns.len();
+    if k == 0 {
+        return Err(Error::ZeroRanks);
+    }
+    let (n, residue) = addresses(c, bufs, k, dtype)?;
+    let sz = dtype.size();
+    let blocks = Geometry::new(c, k as u64, n, sz, 1, 1);
     // Reject a too-small staging buffer even for sizes that would not use it,
     // so that a communicator's validity does not depend on the message size.
     let padded = needs_padding(residue, blocks.block_elems, sz);
