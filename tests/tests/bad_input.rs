@@ -167,6 +167,26 @@ fn overlapping_outputs_and_inputs() {
     });
 }
 
+/// A call whose shape matches kept plans (the memo re-points those for
+/// moved buffers) is still validated whole.
+#[test]
+fn bad_input_after_good_calls_of_its_shape() {
+    let s = setup();
+    for _ in 0..2 {
+        s.comm.reduce_scatter(&s.good(), Op::Sum).unwrap();
+    }
+    s.comm.synchronize().unwrap();
+    for r in &s.recv {
+        r.write(0, &[SENTINEL; N]);
+    }
+    let mut b = s.good();
+    b[1] = CpuBuffers::out_of_place(s.send[1].as_view(), s.recv[0].as_view());
+    s.expect(&b, |e| matches!(e, Error::Overlap { a: 0, b: 1, .. }));
+    let mut b = s.good();
+    b[2] = CpuBuffers::out_of_place(s.send[2].as_view(), s.send[2].view(0..N));
+    s.expect(&b, |e| matches!(e, Error::InPlaceMisplaced { rank: 2, .. }));
+}
+
 #[test]
 fn shared_read_only_inputs_are_allowed() {
     let s = setup();
