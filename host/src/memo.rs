@@ -89,8 +89,9 @@ impl Key {
 
 /// The [`MEMO_PLANS`] most recently used plans, the latest last. Only
 /// plans that succeeded are kept, and a call whose inputs differ in
-/// anything from every kept one plans afresh, so bad input is found
-/// exactly as without the memo.
+/// anything from every kept one is validated afresh (or, when its buffers
+/// are a kept call's moved whole, checked for all such a move can change),
+/// so bad input is found exactly as without the memo.
 #[derive(Debug, Default)]
 pub struct PlanMemo {
     kept: Vec<(Key, Plan)>,
