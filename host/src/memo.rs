@@ -71,6 +71,7 @@ impl Key {
                 .all(|(a, b)| (a.send_len, a.recv_len) == (b.send_len, b.recv_len))
     }
 
+    /// Every input the same: the kept plan is the call's.
     fn matches(
         &self,
         c: Collective,
@@ -79,11 +80,7 @@ impl Key {
         dtype: DataType,
         opts: &CallOpts,
     ) -> bool {
-        self.c == c
-            && self.dtype == dtype
-            && self.opts == *opts
-            && self.conns == conns
-            && self.spans == spans
+        self.spans == spans && self.same_shape(c, conns, spans, dtype, opts)
     }
 }
 

@@ -272,7 +272,15 @@ pub enum Plan {
 
 impl Clone for Plan {
     fn clone(&self) -> Self {
-        match self {
+        let mut p = Plan::Nothing;
+        p.clone_from(self);
+        p
+    }
+
+    /// Into the works' own allocation when `self` is a launch: the memo
+    /// recycles its oldest plan this way instead of allocating.
+    fn clone_from(&mut self, source: &Self) {
+        *self = match source {
             Plan::Nothing => Plan::Nothing,
             &Plan::Copy { send, recv, bytes } => Plan::Copy { send, recv, bytes },
             Plan::Launch {
@@ -281,41 +289,21 @@ impl Clone for Plan {
                 sizing,
                 aligned,
                 works,
-            } => Plan::Launch {
-                algorithm: *algorithm,
-                channels: *channels,
-                sizing: *sizing,
-                aligned: *aligned,
-                works: works.clone(),
-            },
-        }
-    }
-
-    /// Into the works' own allocation when both are launches: the memo
-    /// recycles its oldest plan this way instead of allocating.
-    fn clone_from(&mut self, source: &Self) {
-        match (self, source) {
-            (
+            } => {
+                let mut own = match self {
+                    Plan::Launch { works, .. } => std::mem::take(works),
+                    _ => Vec::new(),
+                };
+                own.clone_from(works);
                 Plan::Launch {
-                    algorithm,
-                    channels,
-                    sizing,
-                    aligned,
-                    works,
-                },
-                Plan::Launch {
-                    algorithm: a,
-                    channels: ch,
-                    sizing: sz,
-                    aligned: al,
-                    works: w,
-                },
-            ) => {
-                (*algorithm, *channels, *sizing, *aligned) = (*a, *ch, *sz, *al);
-                works.clone_from(w);
+                    algorithm: *algorithm,
+                    channels: *channels,
+                    sizing: *sizing,
+                    aligned: *aligned,
+                    works: own,
+                }
             }
-            (me, _) => *me = source.clone(),
-        }
+        };
     }
 }
 
