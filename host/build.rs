@@ -1,13 +1,14 @@
-//! Builds the kernels to PTX and embeds them, with SASS for the GPUs named
-//! in `RINGREDUCE_SASS` if any. The same executable is also the PTX linker
-//! of that nested build (see `ringreduce_build`).
+//! Builds the kernels to PTX, one module per entry of the kernel catalogue
+//! (`ringreduce_kernels::catalogue`), and embeds them, with SASS for the
+//! GPUs named in `RINGREDUCE_SASS` if any. The same executable is also the
+//! PTX linker of that nested build (see `ringreduce_build`).
 
 use ringreduce_build::{
-    build_ptx, compile_sass, parse_sass_archs, PtxBuild, ARCH_ENV, DEFAULT_ARCH, LINKER_ENV,
-    PREBUILT_ENV, PTXAS_ENV, SASS_ENV,
+    build_ptx, compile_sass, make_modules, par_map, parse_sass_archs, EntrySpec, ModuleSpec,
+    Progress, PtxBuild, ARCH_ENV, DEFAULT_ARCH, LINKER_ENV, PREBUILT_ENV, PTXAS_ENV, SASS_ENV,
 };
-use ringreduce_kernels::abi::BLOCK_THREADS;
-use std::path::PathBuf;
+use ringreduce_kernels::catalogue;
+use std::path::{Path, PathBuf};
 
 /// Ends the build script with `msg` on cargo's error output: a clear
 /// message rather than a panic's backtrace.
@@ -16,9 +17,14 @@ fn fail(msg: impl std::fmt::Display) -> ! {
     std::process::exit(1)
 }
 
+/// The module of each entry the linker is given, from the catalogue.
+fn module_of(entry: &str) -> Option<String> {
+    catalogue::by_name(entry).map(|e| e.module.to_string())
+}
+
 fn main() {
     if std::env::var_os(LINKER_ENV).is_some() {
-        ringreduce_build::link_main();
+        ringreduce_build::link_main(&module_of);
     }
     // The kernel source comes with the `ringreduce-kernels` build dependency,
     // so a packaged `ringreduce` finds it in the registry as in the workspace.
@@ -35,6 +41,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed={SASS_ENV}");
     println!("cargo:rerun-if-env-changed={PTXAS_ENV}");
 
+    let progress = Progress::to_terminal();
     let ptx = if let Some(p) = std::env::var_os(PREBUILT_ENV) {
         PathBuf::from(p)
     } else {
@@ -51,30 +58,69 @@ fn main() {
             kernel_crate: kernels,
             package: "ringreduce-kernels".into(),
             features,
-            arch,
+            arch: arch.clone(),
             target_dir,
             linker: std::env::current_exe()
                 .unwrap_or_else(|e| fail(format!("the build script's own path: {e}"))),
         };
-        build_ptx(&req).unwrap_or_else(|e| fail(e))
+        let what = format!("building the GPU kernels for {arch} (nvptx64)");
+        progress
+            .step(&what, || build_ptx(&req))
+            .unwrap_or_else(|e| fail(e))
     };
     let text = std::fs::read_to_string(&ptx)
         .unwrap_or_else(|e| fail(format!("reading {}: {e}", ptx.display())));
-    let final_ptx = out_dir.join("kernels.ptx");
-    std::fs::write(&final_ptx, with_module_additions(&text, BLOCK_THREADS)).unwrap_or_else(|e| {
+    let modules = make_modules(
+        &text,
+        &module_specs(),
+        ringreduce_kernels::arch::SHARED_DECLARATIONS,
+    )
+    .unwrap_or_else(|e| fail(format!("{e} (in {})", ptx.display())));
+    let dir = out_dir.join("modules");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| fail(format!("{}: {e}", dir.display())));
+    let mut table = String::from("&[\n");
+    for (name, text) in &modules {
+        let file = dir.join(format!("{name}.ptx"));
+        std::fs::write(&file, text).unwrap_or_else(|e| fail(format!("{}: {e}", file.display())));
+        table.push_str(&format!("    ({name:?}, include_str!({file:?})),\n"));
+    }
+    table.push(']');
+    std::fs::write(out_dir.join("modules.rs"), table).unwrap_or_else(|e| {
         fail(format!(
-            "writing kernels.ptx into {}: {e}",
+            "writing modules.rs into {}: {e}",
             out_dir.display()
         ))
     });
-    embed_sass(&final_ptx, &out_dir);
+    let names: Vec<&str> = modules.iter().map(|(n, _)| n.as_str()).collect();
+    embed_sass(&dir, &names, &out_dir, &progress);
 }
 
-/// Writes `sass.rs`, the table `gpu::module` includes: one (compute
-/// capability, cubin) entry per GPU named in `RINGREDUCE_SASS`, each built
-/// from the final PTX (launch bounds included). Empty by default, so a
-/// build needs no CUDA tools.
-fn embed_sass(ptx: &std::path::Path, out_dir: &std::path::Path) {
+/// The catalogue's modules, in the order of their first entries, each
+/// with its entries' launch bounds.
+fn module_specs() -> Vec<ModuleSpec> {
+    let mut specs: Vec<ModuleSpec> = Vec::new();
+    for e in catalogue::all() {
+        let spec = EntrySpec {
+            name: e.name.to_string(),
+            threads: e.threads,
+            min_blocks_per_sm: e.min_blocks_per_sm,
+        };
+        match specs.iter_mut().find(|m| m.name == e.module) {
+            Some(m) => m.entries.push(spec),
+            None => specs.push(ModuleSpec {
+                name: e.module.to_string(),
+                entries: vec![spec],
+            }),
+        }
+    }
+    specs
+}
+
+/// Writes `sass.rs`, the table `gpu::module` includes: for each GPU named
+/// in `RINGREDUCE_SASS`, its compute capability and a cubin per module,
+/// each built from that module's final PTX (launch bounds included), every
+/// core at once. Empty by default, so a build needs no CUDA tools.
+fn embed_sass(dir: &Path, modules: &[&str], out_dir: &Path, progress: &Progress) {
     let archs =
         parse_sass_archs(&std::env::var(SASS_ENV).unwrap_or_default()).unwrap_or_else(|e| fail(e));
     let ptxas = std::env::var_os(PTXAS_ENV)
@@ -82,62 +128,21 @@ fn embed_sass(ptx: &std::path::Path, out_dir: &std::path::Path) {
         .unwrap_or_else(|| PathBuf::from("ptxas"));
     let mut table = String::from("&[\n");
     for cc in archs {
-        let cubin = out_dir.join(format!("kernels.sm_{cc}.cubin"));
-        compile_sass(&ptxas, ptx, cc, &cubin).unwrap_or_else(|e| fail(e));
-        table.push_str(&format!("    ({cc}, include_bytes!({:?})),\n", cubin));
+        let what = format!("SASS for sm_{cc} ({} modules, ptxas)", modules.len());
+        let built = progress.step(&what, || {
+            par_map(modules, |m| {
+                let cubin = dir.join(format!("{m}.sm_{cc}.cubin"));
+                compile_sass(&ptxas, &dir.join(format!("{m}.ptx")), cc, &cubin).map(|()| cubin)
+            })
+        });
+        table.push_str(&format!("    ({cc}, &[\n"));
+        for (m, cubin) in modules.iter().zip(built) {
+            let cubin = cubin.unwrap_or_else(|e| fail(e));
+            table.push_str(&format!("        ({m:?}, include_bytes!({cubin:?})),\n"));
+        }
+        table.push_str("    ]),\n");
     }
     table.push(']');
     std::fs::write(out_dir.join("sass.rs"), table)
         .unwrap_or_else(|e| fail(format!("writing sass.rs into {}: {e}", out_dir.display())));
-}
-
-/// Adds what Rust cannot express: the module-scope shared declarations the
-/// kernels' inline assembly names (`ringreduce_kernels::arch`), and launch
-/// bounds on every entry, what CUDA C++ writes as `__launch_bounds__(n, 1)`.
-/// - `.maxntid`: without it ptxas may give a kernel more registers than a
-///   block of `n` threads can have, and such a kernel cannot launch at all.
-/// - `.minnctapersm 1`: one block per SM is all a rank ever has, so ptxas
-///   need not save registers for a second one and can keep a whole unrolled
-///   round of loads in flight (`bench/NOTES.md`).
-///
-/// The task entry (`abi::TASK_ENTRY`), whose launches are many blocks of
-/// `TASK_THREADS`, gets `TASK_MIN_BLOCKS_PER_SM` instead, and the local
-/// entries (`abi::LOCAL_ENTRY_PREFIX`) `LOCAL_THREADS` and
-/// `LOCAL_MIN_BLOCKS_PER_SM`.
-fn with_module_additions(ptx: &str, n: u32) -> String {
-    use ringreduce_kernels::abi::{
-        LOCAL_ENTRY_PREFIX, LOCAL_MIN_BLOCKS_PER_SM, LOCAL_THREADS, TASK_ENTRY,
-        TASK_MIN_BLOCKS_PER_SM, TASK_THREADS,
-    };
-    let mut out = String::with_capacity(ptx.len() + 4096);
-    let mut in_entry_params = false;
-    let mut bounds = (n, 1);
-    for line in ptx.lines() {
-        if line.starts_with(".visible .entry") || line.starts_with(".entry") {
-            in_entry_params = true;
-            let task = line.contains(&format!(" {TASK_ENTRY}("));
-            let local = line.contains(&format!(" {LOCAL_ENTRY_PREFIX}"));
-            bounds = if task {
-                (TASK_THREADS, TASK_MIN_BLOCKS_PER_SM)
-            } else if local {
-                (LOCAL_THREADS, LOCAL_MIN_BLOCKS_PER_SM)
-            } else {
-                (n, 1)
-            };
-        }
-        out.push_str(line);
-        out.push('\n');
-        if line.starts_with(".address_size") {
-            out.push_str(ringreduce_kernels::arch::SHARED_DECLARATIONS);
-            out.push('\n');
-        }
-        if in_entry_params && line.trim_start().starts_with(')') {
-            let (threads, blocks) = bounds;
-            out.push_str(&format!(
-                ".maxntid {threads}, 1, 1\n.minnctapersm {blocks}\n"
-            ));
-            in_entry_params = false;
-        }
-    }
-    out
 }

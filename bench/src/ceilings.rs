@@ -3,17 +3,14 @@
 
 use crate::report::Ceilings;
 use cudarc::driver::{
-    result, sys, CudaContext, CudaFunction, CudaModule, CudaStream, DevicePtr, DevicePtrMut,
-    LaunchConfig, PushKernelArg,
+    result, sys, CudaContext, CudaFunction, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig,
+    PushKernelArg,
 };
-use ringreduce::gpu::module::{
-    module_for, COPY_BLOCK_KERNEL, COPY_GRID_KERNEL, PINGPONG_KERNEL, REDUCE_BLOCK_KERNEL,
-};
+use ringreduce::gpu::module::Kernels;
 use ringreduce::gpu::resident_blocks_of;
-use ringreduce::kernels::abi::{
-    local_kernel_name, LocalArgs, BATCH_RANKS, BLOCK_THREADS, LOCAL_THREADS,
-};
-use ringreduce::{DataType, Op};
+use ringreduce::kernels::abi::{LocalArgs, BATCH_RANKS, BLOCK_THREADS, LOCAL_THREADS};
+use ringreduce::kernels::catalogue::{self, Kind, COPY_BLOCK, COPY_GRID, PINGPONG, REDUCE_BLOCK};
+use ringreduce::{Collective, DataType, Op};
 use std::error::Error;
 use std::sync::Arc;
 use std::time::Instant;
@@ -49,7 +46,7 @@ fn time_us(
 /// the plain copy), and the flag ping-pong. `copy_bytes` should be far
 /// larger than the L2 cache.
 pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> Result<Ceilings, Box<dyn Error>> {
-    let module = module_for(ctx)?;
+    let kernels = Kernels::of(ctx)?;
     let stream = ctx.new_stream()?;
     let words = (copy_bytes / 8) as usize;
     let pattern: Vec<u64> = (0..words as u64)
@@ -62,7 +59,7 @@ pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> Result<Ceilings, Box<
     let n = words as u64;
     let threads = BLOCK_THREADS;
 
-    let (mut kernel_copy, blocks) = grid_copy(ctx, &module, &stream, dp, sp, n)?;
+    let (mut kernel_copy, blocks) = grid_copy(ctx, &kernels, &stream, dp, sp, n)?;
     let t_grid = time_us(&stream, 10, &mut kernel_copy)?;
     verify_copy(&stream, dp, &pattern, "the copy kernel", &mut kernel_copy)?;
     let mut driver_copy = || {
@@ -74,7 +71,7 @@ pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> Result<Ceilings, Box<
     verify_copy(&stream, dp, &pattern, "the driver's copy", &mut driver_copy)?;
     drop(pattern);
 
-    let block = module.load_function(COPY_BLOCK_KERNEL)?;
+    let block = kernels.other(&COPY_BLOCK)?.clone();
     let block_cfg = LaunchConfig {
         grid_dim: (1, 1, 1),
         block_dim: (threads, 1, 1),
@@ -90,7 +87,7 @@ pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> Result<Ceilings, Box<
 
     // The reduce reads two halves of `src` into one half of `dst`: each
     // output element costs two reads and a write, like a middle ring step.
-    let reduce = module.load_function(REDUCE_BLOCK_KERNEL)?;
+    let reduce = kernels.other(&REDUCE_BLOCK)?.clone();
     let half_f32 = n; // n u64s = 2n f32s: two inputs of n f32s each
     let src_b = sp + half_f32 * 4;
     let t_reduce = time_us(&stream, 5, || {
@@ -101,7 +98,7 @@ pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> Result<Ceilings, Box<
         Ok(())
     })?;
 
-    let ping = module.load_function(PINGPONG_KERNEL)?;
+    let ping = kernels.other(&PINGPONG)?.clone();
 
     let mut flags = stream.alloc_zeros::<u64>(32)?;
     let iters: u64 = 10_000;
@@ -120,7 +117,7 @@ pub fn measure(ctx: &Arc<CudaContext>, copy_bytes: u64) -> Result<Ceilings, Box<
         Ok(())
     })?;
     let [(launch_us, launch_host_us), (local_launch_us, local_launch_host_us)] =
-        launch_floors(&stream, &module, &block)?;
+        launch_floors(&stream, &kernels, &block)?;
     let kernel_gbps = copy_bytes as f64 / t_grid / 1e3;
     let driver_gbps = copy_bytes as f64 / t_driver / 1e3;
     Ok(Ceilings {
@@ -182,7 +179,7 @@ fn empty_launches(
 /// so that what a local call costs beyond it is the library's own.
 fn launch_floors(
     stream: &Arc<CudaStream>,
-    module: &Arc<CudaModule>,
+    kernels: &Kernels,
     block: &CudaFunction,
 ) -> ringreduce::Result<[(f64, f64); 2]> {
     let (mut dst, mut src, mut none) = (0u64, 0u64, 0u64);
@@ -192,7 +189,10 @@ fn launch_floors(
         &mut none as *mut u64 as *mut std::ffi::c_void,
     ];
     let copy = empty_launches(stream, block, (1, BLOCK_THREADS), &mut copy_params)?;
-    let local = module.load_function(local_kernel_name(DataType::F32, Op::Sum))?;
+    let f32_sum =
+        catalogue::collective_index(Kind::Local, Collective::AllReduce, DataType::F32, Op::Sum)
+            .expect("a local entry");
+    let local = kernels.collective(f32_sum)?.clone();
     let mut args = LocalArgs {
         collective: 0,
         ranks: 0,
@@ -230,13 +230,13 @@ const LOCAL_FLOOR_BLOCKS: u32 = 8;
 /// per SM.)
 fn grid_copy<'a>(
     ctx: &Arc<CudaContext>,
-    module: &Arc<CudaModule>,
+    kernels: &Kernels,
     stream: &'a Arc<CudaStream>,
     dp: sys::CUdeviceptr,
     sp: sys::CUdeviceptr,
     n: u64,
 ) -> ringreduce::Result<(impl FnMut() -> ringreduce::Result<()> + 'a, u32)> {
-    let grid = module.load_function(COPY_GRID_KERNEL)?;
+    let grid = kernels.other(&COPY_GRID)?.clone();
     let blocks = resident_blocks_of(ctx, std::iter::once(&grid), BLOCK_THREADS)? as u32;
     let cfg = LaunchConfig {
         grid_dim: (blocks, 1, 1),

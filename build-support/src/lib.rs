@@ -9,14 +9,19 @@
 //! plain `cargo build`, with no tool to install and no step by hand.
 
 mod linker;
+mod modules;
 mod nested;
+mod progress;
+pub mod ptx;
 mod sass;
 mod toolchain;
 
-pub use linker::{link_main, parse_link_args, LinkArgs, LinkError};
+pub use linker::{link_main, parse_link_args, partition, LinkArgs, LinkError, PART_MARKER};
+pub use modules::{make_modules, EntrySpec, ModuleSpec};
 pub use nested::{
     build_ptx, shared_target_dir, PtxBuild, PtxBuildError, ARCH_ENV, DEFAULT_ARCH, LINKER_ENV,
     PREBUILT_ENV,
 };
+pub use progress::{par_map, Progress};
 pub use sass::{compile_sass, parse_sass_archs, PTXAS_ENV, SASS_ENV};
 pub use toolchain::{KERNEL_COMPONENTS, KERNEL_TOOLCHAIN};

@@ -1,4 +1,10 @@
-//! The PTX linker: `llvm-link`, then `opt` with internalisation, then `llc`.
+//! The PTX linker: `llvm-link`, then `opt` with internalisation and `llc`
+//! for each part of the entries, in parallel.
+//!
+//! The parts follow the modules the entries are loaded in (a module's
+//! entries stay in one part), and their PTX texts are written one after
+//! another, each after a [`PART_MARKER`] line, so the host's build script
+//! can cut each part into its modules ([`crate::ptx`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -112,13 +118,42 @@ fn run(mut cmd: Command, tool: &str) -> Result<(), LinkError> {
     }
 }
 
-/// Links bitcode into one PTX file. Internalising everything but the kernel
-/// entries lets `globaldce` drop all of `core` we do not call, so the PTX has
-/// no unresolved `.extern .func`.
-pub fn link(args: &LinkArgs) -> Result<(), LinkError> {
+/// The line before each part's PTX in the linker's output.
+pub const PART_MARKER: &str = "// ringreduce-build: part";
+
+/// Cuts `exports` into at most `parts` groups of about equal size, keeping
+/// the exports of one module (as `module_of` names it; an export it does
+/// not know is a module of its own) together, in the order they came.
+pub fn partition(
+    exports: &[String],
+    parts: usize,
+    module_of: &dyn Fn(&str) -> Option<String>,
+) -> Vec<Vec<String>> {
+    let mut modules: Vec<(String, Vec<String>)> = Vec::new();
+    for e in exports {
+        let m = module_of(e).unwrap_or_else(|| e.clone());
+        match modules.iter_mut().find(|(n, _)| *n == m) {
+            Some((_, v)) => v.push(e.clone()),
+            None => modules.push((m, vec![e.clone()])),
+        }
+    }
+    let parts = parts.clamp(1, modules.len().max(1));
+    let mut out = vec![Vec::new(); parts];
+    for (i, (_, v)) in modules.into_iter().enumerate() {
+        out[i % parts].extend(v);
+    }
+    out.retain(|p| !p.is_empty());
+    out
+}
+
+/// Links bitcode into PTX: one `llvm-link`, then for each part of the
+/// exports (see [`partition`]) at once, `opt` and `llc`. Internalising
+/// everything but the part's entries first lets `globaldce` drop all of
+/// `core` and of the other parts, so each `opt` and `llc` sees only what
+/// its part calls, and the PTX has no unresolved `.extern .func`.
+pub fn link(args: &LinkArgs, module_of: &dyn Fn(&str) -> Option<String>) -> Result<(), LinkError> {
     let out = args.output.as_ref().expect("checked by parse");
     let linked = out.with_extension("linked.bc");
-    let optimised = out.with_extension("opt.bc");
 
     let mut c = Command::new(llvm_tool("llvm-link")?);
     c.arg("--ignore-non-bitcode")
@@ -127,34 +162,73 @@ pub fn link(args: &LinkArgs) -> Result<(), LinkError> {
         .arg(&linked);
     run(c, "llvm-link")?;
 
-    let mut c = Command::new(llvm_tool("opt")?);
-    c.arg(format!(
-        "-internalize-public-api-list={}",
-        args.exports.join(",")
-    ))
-    .arg("-passes=default<O3>,internalize,globaldce")
-    .arg(&linked)
-    .arg("-o")
-    .arg(&optimised);
-    run(c, "opt")?;
-
-    let mut c = Command::new(llvm_tool("llc")?);
-    if let Some(cpu) = &args.target_cpu {
-        c.arg(format!("-mcpu={cpu}"));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let parts = partition(&args.exports, cores.min(MAX_PARTS), module_of);
+    let (opt, llc) = (llvm_tool("opt")?, llvm_tool("llc")?);
+    let part_file = |i: usize, ext: &str| out.with_extension(format!("part{i}.{ext}"));
+    let results: Vec<Result<(), LinkError>> = std::thread::scope(|s| {
+        let jobs: Vec<_> = parts
+            .iter()
+            .enumerate()
+            .map(|(i, exports)| {
+                let (opt, llc, linked) = (&opt, &llc, &linked);
+                let (bc, ptx) = (part_file(i, "bc"), part_file(i, "ptx"));
+                s.spawn(move || {
+                    let mut c = Command::new(opt);
+                    c.arg(format!(
+                        "-internalize-public-api-list={}",
+                        exports.join(",")
+                    ))
+                    .arg("-passes=internalize,globaldce,default<O3>")
+                    .arg(linked)
+                    .arg("-o")
+                    .arg(&bc);
+                    run(c, "opt")?;
+                    let mut c = Command::new(llc);
+                    if let Some(cpu) = &args.target_cpu {
+                        c.arg(format!("-mcpu={cpu}"));
+                    }
+                    if !args.target_features.is_empty() {
+                        c.arg(format!("-mattr={}", args.target_features.join(",")));
+                    }
+                    c.arg("-O3").arg(&bc).arg("-o").arg(&ptx);
+                    run(c, "llc")?;
+                    let _ = std::fs::remove_file(bc);
+                    Ok(())
+                })
+            })
+            .collect();
+        jobs.into_iter()
+            .map(|j| {
+                j.join()
+                    .unwrap_or_else(|_| Err(LinkError::Io("a link job panicked".into())))
+            })
+            .collect()
+    });
+    results.into_iter().collect::<Result<Vec<()>, _>>()?;
+    let mut text = String::new();
+    for i in 0..parts.len() {
+        let f = part_file(i, "ptx");
+        text.push_str(PART_MARKER);
+        text.push('\n');
+        text.push_str(
+            &std::fs::read_to_string(&f)
+                .map_err(|e| LinkError::Io(format!("reading {}: {e}", f.display())))?,
+        );
+        let _ = std::fs::remove_file(f);
     }
-    if !args.target_features.is_empty() {
-        c.arg(format!("-mattr={}", args.target_features.join(",")));
-    }
-    c.arg("-O3").arg(&optimised).arg("-o").arg(out);
-    run(c, "llc")?;
+    std::fs::write(out, text).map_err(|e| LinkError::Io(format!("{}: {e}", out.display())))?;
     let _ = std::fs::remove_file(linked);
-    let _ = std::fs::remove_file(optimised);
     Ok(())
 }
 
-/// Entry point when the build script runs as rustc's linker.
-pub fn link_main() -> ! {
-    let res = parse_link_args(std::env::args().skip(1)).and_then(|a| link(&a));
+/// Most link jobs at once: more only costs memory once every core is busy.
+const MAX_PARTS: usize = 8;
+
+/// Entry point when the build script runs as rustc's linker; `module_of`
+/// names the module each entry is loaded in (see [`partition`]).
+pub fn link_main(module_of: &dyn Fn(&str) -> Option<String>) -> ! {
+    let res = parse_link_args(std::env::args().skip(1)).and_then(|a| link(&a, module_of));
     match res {
         Ok(()) => std::process::exit(0),
         Err(e) => {
@@ -205,6 +279,21 @@ mod tests {
         assert_eq!(a.target_features, vec!["+ptx70"]);
         assert_eq!(a.output, Some(PathBuf::from("out.ptx")));
         assert_eq!(a.opt_level.as_deref(), Some("3"));
+    }
+
+    #[test]
+    fn parts_keep_modules_whole_and_the_order() {
+        let exports = s(&["a1", "b", "a2", "c", "d", "e"]);
+        let module_of = |e: &str| e.starts_with('a').then(|| "a".to_string());
+        let parts = partition(&exports, 2, &module_of);
+        assert_eq!(parts, vec![s(&["a1", "a2", "c", "e"]), s(&["b", "d"])]);
+        assert_eq!(
+            partition(&exports, 1, &module_of),
+            vec![s(&["a1", "a2", "b", "c", "d", "e"])]
+        );
+        // Never more parts than modules, nor an empty one.
+        assert_eq!(partition(&exports, 64, &module_of).len(), 5);
+        assert_eq!(partition(&[], 4, &module_of), Vec::<Vec<String>>::new());
     }
 
     #[test]

@@ -58,11 +58,15 @@ pub fn ensure_toolchain(rustup: &Path) -> Result<(), String> {
             return Ok(());
         }
     }
-    println!(
-        "cargo:warning=ringreduce: installing the kernels' toolchain {KERNEL_TOOLCHAIN} with {} \
-         through rustup (once, a few hundred MB)",
+    let note = format!(
+        "installing the kernels' toolchain {KERNEL_TOOLCHAIN} with {} through rustup \
+         (once, a few hundred MB)",
         KERNEL_COMPONENTS.join(" and ")
     );
+    // On the terminal now, before the download; in cargo's warnings too,
+    // for logs.
+    crate::Progress::to_terminal().say(&note);
+    println!("cargo:warning=ringreduce: {note}");
     let mut c = Command::new(rustup);
     c.args([
         "toolchain",

@@ -1,53 +1,128 @@
-//! The embedded PTX holds every kernel and calls nothing it does not define.
+//! The embedded PTX: one module per catalogue module, each holding its
+//! entries with their launch bounds, and calling nothing it does not
+//! define.
 
-use ringreduce::gpu::module::{all_kernel_names, check_target, ptx_target, PTX, SASS};
-use ringreduce::kernels::abi::{
-    LocalArgs, BLOCK_THREADS, LOCAL_ENTRY_PREFIX, LOCAL_MIN_BLOCKS_PER_SM, LOCAL_THREADS,
-    TASK_ENTRY, TASK_MIN_BLOCKS_PER_SM, TASK_THREADS,
-};
+use ringreduce::gpu::module::{check_target, ptx_of, ptx_target, MODULES, SASS};
+use ringreduce::kernels::abi::LocalArgs;
+use ringreduce::kernels::catalogue::{self, Args, Kind, COLLECTIVE_ENTRIES};
 use ringreduce::Error;
-use ringreduce::{DataType, Op};
+use ringreduce::{Collective, DataType, Op};
+
+/// The entries a module's text defines.
+fn entries_of(ptx: &str) -> Vec<&str> {
+    ptx.split(".entry ")
+        .skip(1)
+        .map(|e| &e[..e.find('(').expect("an entry's parameters")])
+        .collect()
+}
+
+/// The text of entry `name` in `ptx`, up to the next top-level item
+/// (inline assembly puts braces in column 0, so a `}` does not end it).
+fn body<'a>(ptx: &'a str, name: &str) -> &'a str {
+    let at = ptx
+        .find(&format!(".entry {name}("))
+        .unwrap_or_else(|| panic!("no entry {name}"));
+    let rest = &ptx[at..];
+    let end = ["\n.visible ", "\n.func ", "\n.entry ", "\n.global "]
+        .iter()
+        .filter_map(|m| rest.find(m))
+        .min()
+        .unwrap_or(rest.len());
+    &rest[..end]
+}
 
 #[test]
-fn every_kernel_entry_is_present() {
-    let names = all_kernel_names();
-    // 10 types x 5 ops, twice (collective and local), four bench kernels
-    // and the gradient layer's task.
-    assert_eq!(names.len(), 105);
-    for n in names {
-        let decl = format!(".entry {n}(");
-        assert!(PTX.contains(&decl), "missing kernel {n}");
+fn every_catalogue_entry_is_in_its_module_with_its_bounds() {
+    let mut seen = 0;
+    for e in catalogue::all() {
+        let ptx = ptx_of(e.module).unwrap_or_else(|| panic!("no module {}", e.module));
+        let bounds = format!(
+            ")\n.maxntid {}, 1, 1\n.minnctapersm {}\n{{",
+            e.threads, e.min_blocks_per_sm
+        );
+        assert!(
+            body(ptx, e.name).contains(&bounds),
+            "{}: its bounds",
+            e.name
+        );
+        seen += 1;
+    }
+    // 44 reducing (type, op) classes and 4 element sizes, three kinds
+    // each; the gradient layer's task; four bench kernels.
+    assert_eq!(seen, 3 * (44 + 4) + 1 + 4);
+}
+
+/// A module holds its catalogue entries and no other: no entry is built
+/// twice, and a call's load compiles nothing it does not run.
+#[test]
+fn every_module_holds_exactly_its_entries() {
+    assert_eq!(MODULES.len(), COLLECTIVE_ENTRIES.len() + 2);
+    for (name, ptx) in MODULES {
+        let mut want: Vec<&str> = catalogue::all()
+            .filter(|e| e.module == *name)
+            .map(|e| e.name)
+            .collect();
+        let mut have = entries_of(ptx);
+        want.sort_unstable();
+        have.sort_unstable();
+        assert_eq!(have, want, "module {name}");
+        assert!(!ptx.contains("//"), "{name}: comments are stripped");
     }
 }
 
+/// Sizes that keep a first call quick: the driver JIT-compiles a whole
+/// module when it loads it.
+#[test]
+fn no_module_is_large() {
+    let largest = MODULES.iter().map(|(_, p)| p.len()).max().unwrap_or(0);
+    assert!(largest <= 1_500_000, "largest module {largest} bytes");
+    // An f32 sum all-reduce of virtual ranks needs one local entry.
+    let e = catalogue::collective_entry(
+        ringreduce::Algorithm::Local,
+        Collective::AllReduce,
+        DataType::F32,
+        Op::Sum,
+    );
+    let local = ptx_of(e.module).expect("its module").len();
+    assert!(local <= 150_000, "{}: {local} bytes", e.name);
+}
+
 /// The SASS table holds one image per GPU the build named in
-/// `RINGREDUCE_SASS` (none by default), each a CUDA ELF (`e_machine` 190).
+/// `RINGREDUCE_SASS` (none by default), a CUDA ELF (`e_machine` 190) for
+/// every module.
 #[test]
 fn embedded_sass_is_what_the_build_asked_for() {
     let asked = ringreduce_build::parse_sass_archs(option_env!("RINGREDUCE_SASS").unwrap_or(""))
         .expect("a valid RINGREDUCE_SASS");
     let built: Vec<u32> = SASS.iter().map(|&(cc, _)| cc).collect();
     assert_eq!(built, asked);
-    for &(cc, bin) in SASS {
-        assert!(
-            bin.len() > 64 && bin.starts_with(b"\x7fELF"),
-            "sm_{cc}: not ELF"
-        );
-        assert_eq!(
-            u16::from_le_bytes([bin[18], bin[19]]),
-            190,
-            "sm_{cc}: not CUDA"
-        );
+    for &(cc, modules) in SASS {
+        let names: Vec<&str> = modules.iter().map(|(n, _)| *n).collect();
+        let all: Vec<&str> = MODULES.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, all, "sm_{cc}: a cubin per module");
+        for &(name, bin) in modules {
+            assert!(
+                bin.len() > 64 && bin.starts_with(b"\x7fELF"),
+                "sm_{cc} {name}: not ELF"
+            );
+            assert_eq!(
+                u16::from_le_bytes([bin[18], bin[19]]),
+                190,
+                "sm_{cc} {name}: not CUDA"
+            );
+        }
     }
 }
 
 #[test]
 fn no_unresolved_functions() {
-    let externs: Vec<&str> = PTX
-        .lines()
-        .filter(|l| l.contains(".extern .func"))
-        .collect();
-    assert!(externs.is_empty(), "unresolved: {externs:?}");
+    for (name, ptx) in MODULES {
+        let externs: Vec<&str> = ptx
+            .lines()
+            .filter(|l| l.contains(".extern .func"))
+            .collect();
+        assert!(externs.is_empty(), "{name}: unresolved: {externs:?}");
+    }
 }
 
 /// The arch the build asked for, as `sm_XX`.
@@ -60,12 +135,14 @@ fn requested_arch() -> String {
 #[test]
 fn targets_the_requested_architecture() {
     let arch = requested_arch();
-    assert!(
-        PTX.contains(&format!(".target {arch}")),
-        "PTX is not for {arch}"
-    );
     let cc: u32 = arch["sm_".len()..].parse().expect("sm_XX");
-    assert_eq!(ptx_target(PTX), Some(cc));
+    for (name, ptx) in MODULES {
+        assert!(
+            ptx.contains(&format!(".target {arch}")),
+            "{name} is not for {arch}"
+        );
+        assert_eq!(ptx_target(ptx), Some(cc), "{name}");
+    }
 }
 
 /// A GPU older than the PTX's target gets a typed error naming the
@@ -91,71 +168,73 @@ fn an_older_gpu_is_refused_with_a_typed_error() {
 /// racecheck models; older targets poll a shared count instead.
 #[test]
 fn the_ring_hands_slices_over_by_the_targets_means() {
-    let ring = PTX
-        .split(".entry ")
-        .find(|e| e.starts_with("ringreduce_float_sum("))
-        .expect("the f32 sum ring entry");
-    let mbarrier = ring.contains("mbarrier.test_wait.parity.shared.b64")
-        && ring.contains("mbarrier.arrive.shared.b64")
-        && ring.contains("mbarrier.init.shared.b64");
-    let polled = ring.contains("ld.acquire.cta.shared.u32");
-    if ptx_target(PTX).is_some_and(|cc| cc >= 80) {
-        assert!(
-            mbarrier && !polled,
-            "sm_80+: expected the mbarrier hand-off"
-        );
-        assert!(
-            PTX.contains(".version 7.1"),
-            "mbarrier parity waits need PTX 7.1"
-        );
-    } else {
-        assert!(
-            polled && !mbarrier,
-            "before sm_80: expected the polled hand-off"
-        );
+    for e in COLLECTIVE_ENTRIES.iter().filter(|e| e.kind == Kind::Ring) {
+        let ptx = ptx_of(e.module).expect("its module");
+        let ring = body(ptx, e.name);
+        let mbarrier = ring.contains("mbarrier.test_wait.parity.shared.b64")
+            && ring.contains("mbarrier.arrive.shared.b64")
+            && ring.contains("mbarrier.init.shared.b64");
+        let polled = ring.contains("ld.acquire.cta.shared.u32");
+        if ptx_target(ptx).is_some_and(|cc| cc >= 80) {
+            assert!(
+                mbarrier && !polled,
+                "{}: sm_80+: expected the mbarrier hand-off",
+                e.name
+            );
+            assert!(
+                ptx.contains(".version 7.1"),
+                "mbarrier parity waits need PTX 7.1"
+            );
+        } else {
+            assert!(
+                polled && !mbarrier,
+                "{}: before sm_80: expected the polled hand-off",
+                e.name
+            );
+        }
     }
 }
 
-/// The collectives' bounds on every entry but the task's and the local
-/// ones, which have their own (several blocks per SM).
+/// An entry's collectives are compile-time: a gathering entry folds
+/// nothing, so it has none of a reducing entry's arithmetic.
 #[test]
-fn every_entry_has_launch_bounds() {
-    let entries = PTX.matches(".entry ").count();
-    let locals = PTX.matches(&format!(".entry {LOCAL_ENTRY_PREFIX}")).count();
-    assert_eq!(locals, 50);
-    let bound = format!(".maxntid {BLOCK_THREADS}, 1, 1\n.minnctapersm 1\n");
-    assert_eq!(PTX.matches(bound.as_str()).count(), entries - 1 - locals);
-    let bound =
-        format!(".maxntid {LOCAL_THREADS}, 1, 1\n.minnctapersm {LOCAL_MIN_BLOCKS_PER_SM}\n");
-    let local_bounds = PTX
-        .split(".entry ")
-        .filter(|e| e.starts_with(LOCAL_ENTRY_PREFIX))
-        .filter(|e| e.contains(&bound))
-        .count();
-    assert_eq!(local_bounds, locals);
-    let task = PTX
-        .split(".entry ")
-        .find(|e| e.starts_with(&format!("{TASK_ENTRY}(")))
-        .expect("the task entry");
-    let bound = format!(".maxntid {TASK_THREADS}, 1, 1\n.minnctapersm {TASK_MIN_BLOCKS_PER_SM}\n");
-    assert!(task.contains(&bound), "the task entry's bounds");
+fn gathering_entries_fold_nothing() {
+    let gather = catalogue::collective_entry(
+        ringreduce::Algorithm::Ring,
+        Collective::AllGather,
+        DataType::F32,
+        Op::Sum,
+    );
+    let reduce = catalogue::collective_entry(
+        ringreduce::Algorithm::Ring,
+        Collective::AllReduce,
+        DataType::F32,
+        Op::Sum,
+    );
+    let g = body(ptx_of(gather.module).expect("module"), gather.name);
+    let r = body(ptx_of(reduce.module).expect("module"), reduce.name);
+    assert!(
+        r.contains("add.rn.f32") || r.contains("add.f32"),
+        "the sum entry adds"
+    );
+    assert!(
+        !g.contains("add.rn.f32") && !g.contains("add.f32"),
+        "the gather entry adds"
+    );
 }
 
 /// Every local entry reads its ranks' addresses in place from its own
 /// argument (`arch::nvptx::param_ends!` names it `<entry>_param_0`, as
 /// LLVM does) and keeps nothing in local memory: a copy of the argument on
 /// the stack cost a quarter of a small call's kernel time
-/// (`bench/NOTES.md`, twenty-first session).
+/// (`bench/NOTES.md`, the local kernel's argument).
 #[test]
 fn local_entries_read_their_argument_in_param_space() {
     let mut seen = 0;
-    for body in PTX
-        .split(".entry ")
-        .filter(|e| e.starts_with(LOCAL_ENTRY_PREFIX))
-    {
-        let name = &body[..body.find('(').expect("an entry's parameter list")];
+    for e in catalogue::all().filter(|e| e.args == Args::Local) {
+        let name = e.name;
+        let body = body(ptx_of(e.module).expect("its module"), name);
         let param = format!("{name}_param_0");
-        let body = &body[..body.find("\n}").expect("an entry's end")];
         let bytes = std::mem::size_of::<LocalArgs>();
         assert!(
             body.contains(&format!(".param .align 8 .b8 {param}[{bytes}]")),
@@ -169,5 +248,5 @@ fn local_entries_read_their_argument_in_param_space() {
         assert!(!body.contains("__local_depot"), "{name}: uses local memory");
         seen += 1;
     }
-    assert_eq!(seen, DataType::ALL.len() * Op::ALL.len());
+    assert_eq!(seen, 44 + 4);
 }

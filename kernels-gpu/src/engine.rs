@@ -42,7 +42,7 @@ use crate::op::ReduceOp;
 use crate::plan::{block_residue, Chunking, NUM_SUBCHUNKS, STAGING_SLOTS};
 use crate::primitives::{self, LaneCtx, Slot};
 use crate::ring::block_for_step;
-use crate::schedule::{Prim, Schedule};
+use crate::schedule::{prims_of, Prim, Schedule};
 use core::mem::size_of;
 use core::ptr::addr_of;
 
@@ -73,21 +73,28 @@ struct SliceAt {
     recv: Option<u64>,
 }
 
-/// Runs one rank's part of a collective: this block runs channel
-/// `d.channel()`. Every lane of every block of the rank calls it with the
-/// same `w`.
+/// Runs one rank's part of a collective of `SET` (a mask of
+/// [`catalogue::bit`](crate::catalogue::bit)s; others do nothing): this
+/// block runs channel `d.channel()`. Every lane of every block of the rank
+/// calls it with the same `w`.
 ///
 /// # Safety
 /// `w` must come from the host planner: valid pointers, a sizing that fits
 /// the staging buffers, and peers running the same collective.
 #[inline(always)]
-pub unsafe fn run<D: Device + Handoff, T: Element, O: ReduceOp, const THREADS: u64>(
+pub unsafe fn run<
+    D: Device + Handoff,
+    T: Element,
+    O: ReduceOp,
+    const THREADS: u64,
+    const SET: u64,
+>(
     d: &D,
     w: &Work,
 ) {
     let conn = w.conn as *const RankConn;
     let index = d.channel();
-    let Some(collective) = Collective::from_u64(w.collective) else {
+    let Some(collective) = Collective::from_u64_in(w.collective, SET) else {
         return;
     };
     if index >= w.channels || index >= MAX_CHANNELS as u64 {
@@ -120,7 +127,7 @@ pub unsafe fn run<D: Device + Handoff, T: Element, O: ReduceOp, const THREADS: u
     if d.thread_idx_fresh() == THREADS {
         control_lane(d, &ch, size_of::<T>() as u64);
     } else {
-        producer_lane::<D, T, O, THREADS>(d, &ch, tid);
+        producer_lane::<D, T, O, THREADS, SET>(d, &ch, tid);
     }
 }
 
@@ -282,11 +289,18 @@ unsafe fn publish<D: Device>(d: &D, ch: &Channel, s: SliceAt) {
 /// has given up. Only the loop counter and the lane's constants stay live
 /// across a slice, so the transfer has the registers to itself.
 #[inline(always)]
-unsafe fn producer_lane<D: Device + Handoff, T: Element, O: ReduceOp, const THREADS: u64>(
+unsafe fn producer_lane<
+    D: Device + Handoff,
+    T: Element,
+    O: ReduceOp,
+    const THREADS: u64,
+    const SET: u64,
+>(
     d: &D,
     ch: &Channel,
     tid: u64,
 ) {
+    let prims = prims_of(SET);
     let lane = LaneCtx {
         tid,
         aligned: ch.work.aligned != 0,
@@ -295,7 +309,7 @@ unsafe fn producer_lane<D: Device + Handoff, T: Element, O: ReduceOp, const THRE
     };
     for i in 0..ch.slices() {
         if let Some(s) = d.await_release(i) {
-            if let Some(p) = Prim::from_index(s.prim) {
+            if let Some(p) = Prim::from_index_in(s.prim, prims) {
                 primitives::run::<D, T, O, THREADS>(p, d, lane, Slot::of(s), s.len);
             }
         }

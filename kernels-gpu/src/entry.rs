@@ -1,4 +1,10 @@
-//! What every block of a collective runs: the algorithm its work names.
+//! What every block of a ring or direct entry runs: the algorithm its work
+//! names, if the entry runs it.
+//!
+//! Each entry is compiled for one algorithm family and one set of
+//! collectives (`SET`, a mask of [`catalogue::bit`](crate::catalogue::bit)s,
+//! see [`crate::catalogue`]): a work outside them does nothing, and the code
+//! for them is not in the entry at all.
 
 use crate::abi::{Algorithm, Collective, Work};
 use crate::device::{Device, Handoff};
@@ -6,24 +12,44 @@ use crate::element::Element;
 use crate::op::ReduceOp;
 use crate::{direct, engine};
 
-/// Runs one rank's part of the collective `w` describes, with the ring
-/// [`engine`] or a [`direct`] algorithm. Every lane of every block calls
-/// it with the same `w`; unknown values do nothing.
+/// Runs one rank's part of the ring collective `w` describes. Every lane
+/// of every block calls it with the same `w`.
 ///
 /// # Safety
-/// As for [`engine::run`] and [`direct::run`].
+/// As for [`engine::run`].
 #[inline(always)]
-pub unsafe fn run<D: Device + Handoff, T: Element, O: ReduceOp, const THREADS: u64>(
+pub unsafe fn ring<
+    D: Device + Handoff,
+    T: Element,
+    O: ReduceOp,
+    const THREADS: u64,
+    const SET: u64,
+>(
     d: &D,
     w: &Work,
 ) {
-    let Some(collective) = Collective::from_u64(w.collective) else {
+    if w.algorithm == Algorithm::Ring as u64 {
+        engine::run::<D, T, O, THREADS, SET>(d, w);
+    }
+}
+
+/// Runs one rank's part of the direct collective `w` describes. Every lane
+/// of every block calls it with the same `w`.
+///
+/// # Safety
+/// As for [`direct::run`].
+#[inline(always)]
+pub unsafe fn direct<D: Device, T: Element, O: ReduceOp, const THREADS: u64, const SET: u64>(
+    d: &D,
+    w: &Work,
+) {
+    let Some(c) = Collective::from_u64_in(w.collective, SET) else {
         return;
     };
     match Algorithm::from_u64(w.algorithm) {
-        Some(Algorithm::Ring) => engine::run::<D, T, O, THREADS>(d, w),
-        // A local collective has entries of its own (`crate::local`).
-        Some(Algorithm::Local) | None => {}
-        Some(a) => direct::run::<D, T, O, THREADS>(d, w, collective, a),
+        Some(a @ (Algorithm::OneShot | Algorithm::TwoShot)) => {
+            direct::run::<D, T, O, THREADS>(d, w, c, a)
+        }
+        _ => {}
     }
 }

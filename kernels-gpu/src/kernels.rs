@@ -1,10 +1,12 @@
-//! PTX entry points: one kernel per (type, op), which runs every
-//! collective on the ring or direct, one local kernel per (type, op), plus the kernels the bench runner measures its ceilings
-//! with. The entries and the host's names come from one table
-//! ([`crate::for_each_type`]).
+//! PTX entry points: every entry of the [`catalogue`](crate::catalogue),
+//! generated from its rows, so the names and the code cannot disagree.
+//! Each collective entry runs one algorithm family (ring, direct, local)
+//! for one set of collectives; besides them, the gradient layer's task and
+//! the kernels the bench measures its ceilings with.
 
-use crate::abi::GPU_THREADS;
+use crate::abi::{Batch, LocalArgs, GPU_THREADS, LOCAL_THREADS};
 use crate::arch::nvptx::{block_idx, grid_dim, trap, Gpu};
+use crate::catalogue::{GATHERING, REDUCING};
 use crate::device::{Device, Scope};
 use crate::op::Sum;
 use crate::transfer::{transfer, COPY, REDUCE};
@@ -16,56 +18,76 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
     trap()
 }
 
-/// One entry, in a module of its own so that its Rust name is unique.
-macro_rules! entry {
-    ($tn:ident, $t:ty, $dt:ident, $on:ident: $op:ident) => {
-        pub mod $on {
-            #[export_name = $crate::entry_name!($tn, $on)]
-            pub unsafe extern "ptx-kernel" fn entry(b: $crate::abi::Batch) {
-                let Some((rank, channel)) = b.locate($crate::arch::nvptx::block_idx()) else {
-                    return;
-                };
-                $crate::entry::run::<
-                    super::super::Block,
-                    $t,
-                    $crate::op::$op,
-                    { $crate::abi::GPU_THREADS },
-                >(&super::super::Block { channel }, &b.work(rank));
-            }
+/// The three entries of one catalogue row (`$a`, `$b` as in
+/// [`entry_name!`](crate::entry_name)): ring, direct and local, for the
+/// collectives of `$set`.
+macro_rules! row_entries {
+    ($a:ident, $b:ident, $t:ty, $op:ident, $set:expr) => {
+        #[export_name = $crate::entry_name!(ring, $a, $b)]
+        pub unsafe extern "ptx-kernel" fn ring(b: Batch) {
+            let Some((rank, channel)) = b.locate(block_idx()) else {
+                return;
+            };
+            $crate::entry::ring::<Block, $t, $crate::op::$op, GPU_THREADS, { $set }>(
+                &Block { channel },
+                &b.work(rank),
+            );
+        }
 
-            #[export_name = $crate::local_entry_name!($tn, $on)]
-            pub unsafe extern "ptx-kernel" fn local(a: $crate::abi::LocalArgs) {
-                $crate::local::run::<
-                    super::super::Block,
-                    $t,
-                    $crate::op::$op,
-                    { $crate::abi::LOCAL_THREADS as u64 },
-                >(
-                    &super::super::Block { channel: 0 },
-                    &a,
-                    &$crate::param_ends!($crate::local_entry_name!($tn, $on)),
-                    $crate::arch::nvptx::block_idx(),
-                );
-            }
+        #[export_name = $crate::entry_name!(direct, $a, $b)]
+        pub unsafe extern "ptx-kernel" fn direct(b: Batch) {
+            let Some((rank, channel)) = b.locate(block_idx()) else {
+                return;
+            };
+            $crate::entry::direct::<Block, $t, $crate::op::$op, GPU_THREADS, { $set }>(
+                &Block { channel },
+                &b.work(rank),
+            );
+        }
+
+        #[export_name = $crate::entry_name!(local, $a, $b)]
+        pub unsafe extern "ptx-kernel" fn local(a: LocalArgs) {
+            $crate::local::run::<Block, $t, $crate::op::$op, { LOCAL_THREADS as u64 }, { $set }>(
+                &Block { channel: 0 },
+                &a,
+                &$crate::param_ends!($crate::entry_name!(local, $a, $b)),
+                block_idx(),
+            );
         }
     };
 }
 
-macro_rules! entries {
-    ($($tn:ident: $t:ty => $dt:ident;)*) => {$(
-        #[allow(non_snake_case)]
-        pub mod $tn {
-            crate::for_each_op!(entry, $tn, $t, $dt);
+/// Every row's entries, each in a module of its own so that its Rust
+/// names are unique.
+macro_rules! collective_kernels {
+    (
+        reduce: [$($tn:ident: $t:ty => $dt:ident { $($on:ident: $op:ident),* })*]
+        gather: [$($gn:ident: $gt:ty,)*]
+    ) => {
+        $(
+            #[allow(non_snake_case)]
+            mod $tn {
+                $(pub mod $on {
+                    use super::super::*;
+                    row_entries!($tn, $on, $t, $op, REDUCING);
+                })*
+            }
+        )*
+        mod gather {
+            $(pub mod $gn {
+                use super::super::*;
+                row_entries!(gather, $gn, $gt, Sum, GATHERING);
+            })*
         }
-    )*};
+    };
 }
 
-crate::for_each_type!(entries);
+crate::for_each_collective_row!(collective_kernels);
 
 /// One block copying `n` `u64`s with the reduce-scatter's own copy loop:
 /// the ceiling of one-block mode.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn ringreduce_copy_block(dst: u64, src: u64, n: u64) {
+#[export_name = crate::entry_name!(copy_block)]
+pub unsafe extern "ptx-kernel" fn copy_block(dst: u64, src: u64, n: u64) {
     let g = Block::default();
     let tid = g.thread_idx();
     if tid < GPU_THREADS {
@@ -92,8 +114,8 @@ pub unsafe extern "ptx-kernel" fn ringreduce_copy_block(dst: u64, src: u64, n: u
 /// Only the first `GPU_THREADS` lanes of a block copy, so that every warp's
 /// 512 bytes start on a 32-byte sector, as the local collectives' do (with
 /// 257 lanes, every other block's warps straddled one more sector).
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn ringreduce_copy_grid(dst: u64, src: u64, n: u64) {
+#[export_name = crate::entry_name!(copy_grid)]
+pub unsafe extern "ptx-kernel" fn copy_grid(dst: u64, src: u64, n: u64) {
     let g = Block::default();
     let tid = g.thread_idx();
     if tid >= GPU_THREADS {
@@ -121,8 +143,8 @@ pub unsafe extern "ptx-kernel" fn ringreduce_copy_grid(dst: u64, src: u64, n: u6
 /// One block reducing two arrays of `n` `f32`s into a third with the
 /// reduce-scatter's reduce loop: the ceiling of a middle ring step, which
 /// reads two inputs per output.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn ringreduce_reduce_block(dst: u64, a: u64, b: u64, n: u64) {
+#[export_name = crate::entry_name!(reduce_block)]
+pub unsafe extern "ptx-kernel" fn reduce_block(dst: u64, a: u64, b: u64, n: u64) {
     let g = Block::default();
     let tid = g.thread_idx();
     if tid < GPU_THREADS {
@@ -134,8 +156,8 @@ pub unsafe extern "ptx-kernel" fn ringreduce_reduce_block(dst: u64, a: u64, b: u
 /// Two blocks bouncing a counter `iters` times through two flags, with the
 /// same acquire loads and fences as the ring protocol: the latency of one
 /// signal round trip.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn ringreduce_pingpong(flags: u64, iters: u64) {
+#[export_name = crate::entry_name!(pingpong)]
+pub unsafe extern "ptx-kernel" fn pingpong(flags: u64, iters: u64) {
     let g = Gpu::<{ GPU_THREADS as u32 }>::default();
     if g.thread_idx() != 0 {
         return;
@@ -168,8 +190,8 @@ pub unsafe extern "ptx-kernel" fn ringreduce_pingpong(flags: u64, iters: u64) {
 
 /// The gradient layer's one entry: a [`Task`](crate::abi::Task) of any
 /// kind, its phases separated by block barriers.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn ringreduce_task(t: crate::abi::Task) {
+#[export_name = crate::entry_name!(task)]
+pub unsafe extern "ptx-kernel" fn task(t: crate::abi::Task) {
     let g = crate::arch::nvptx::GpuLanes;
     let phases = crate::abi::TaskKind::from_u64(t.kind).map_or(0, |k| k.phases());
     for p in 0..phases {

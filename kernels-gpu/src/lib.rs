@@ -24,6 +24,7 @@ pub const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
 
 pub mod abi;
 pub mod arch;
+pub mod catalogue;
 pub mod device;
 pub mod direct;
 pub mod element;

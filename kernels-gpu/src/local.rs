@@ -9,7 +9,7 @@
 //! written once per output, the least traffic a collective needs, which is
 //! what a ring through staging cannot reach on one memory.
 //!
-//! Local calls have their own entries (`ringreduce_local_<type>_<op>`),
+//! Local calls have entries of their own (see `crate::catalogue`),
 //! with their own launch bounds ([`crate::abi::LOCAL_THREADS`]) and a
 //! 304-byte argument ([`LocalArgs`]): they share no code with the ring's
 //! large entry, so they neither take its register budget nor its
@@ -62,14 +62,16 @@ impl Ends for LocalArgs {
 }
 
 /// Runs block `block` of a local collective's grid of `a.blocks` blocks,
-/// `THREADS` lanes each; lanes past them have nothing to do.
+/// `THREADS` lanes each; lanes past them have nothing to do, and so has a
+/// collective outside `SET` (a mask of
+/// [`catalogue::bit`](crate::catalogue::bit)s).
 ///
 /// # Safety
 /// `a` must come from the host planner with every rank of the collective,
 /// in user-rank order, `ends` must read `a`'s addresses, and the launch
 /// must be ordered as the module says.
 #[inline(always)]
-pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
+pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64, const SET: u64>(
     d: &D,
     a: &LocalArgs,
     ends: &impl Ends,
@@ -86,7 +88,7 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     {
         return;
     }
-    let Some(c) = Collective::from_u64(a.collective) else {
+    let Some(c) = Collective::from_u64_in(a.collective, SET) else {
         return;
     };
     // Segment `s` indexes rank `s`'s buffers, read unchecked on the GPU

@@ -3,6 +3,8 @@
 
 use crate::tools::{cuda_tools, with_sass};
 use crate::util::{cargo, check, fail, target_dir};
+use ringreduce_kernels::catalogue;
+use ringreduce_kernels::{Algorithm, Collective, DataType, Op};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -18,9 +20,12 @@ pub fn cmd_sass(root: &Path, args: Vec<String>) {
         }
     }
     if entries.is_empty() {
+        let f32_sum =
+            |a| catalogue::collective_entry(a, Collective::AllReduce, DataType::F32, Op::Sum);
         entries = vec![
-            "ringreduce_float_sum".into(),
-            "ringreduce_reduce_block".into(),
+            f32_sum(Algorithm::Ring).name.into(),
+            f32_sum(Algorithm::Local).name.into(),
+            catalogue::REDUCE_BLOCK.name.into(),
         ];
     }
     let bin = cuda_tools(root);
@@ -32,10 +37,14 @@ pub fn cmd_sass(root: &Path, args: Vec<String>) {
         .args(["build", "--release", "-p", "ringreduce"]);
     with_sass(&mut build, root);
     check(&mut build);
-    let ptx = newest_ptx(&target_dir(root).join("release").join("build"))
-        .unwrap_or_else(|| fail("no kernels.ptx under target/release/build"));
-    println!("sass: {} for {arch}", ptx.display());
+    let modules = newest_modules(&target_dir(root).join("release").join("build"))
+        .unwrap_or_else(|| fail("no kernel modules under target/release/build"));
+    println!("sass: {} for {arch}", modules.display());
     for e in entries {
+        let module = catalogue::by_name(&e)
+            .unwrap_or_else(|| fail(format!("{e} is no entry of the kernel catalogue")))
+            .module;
+        let ptx = modules.join(format!("{module}.ptx"));
         let cubin = tools.join(format!("{e}.cubin"));
         let out = Command::new(bin.join("ptxas"))
             .args([&format!("-arch={arch}"), "-O3", "-v", "-e", &e])
@@ -73,14 +82,15 @@ pub fn cmd_sass(root: &Path, args: Vec<String>) {
     }
 }
 
-/// The most recently built `ringreduce-*/out/kernels.ptx`.
-fn newest_ptx(build: &Path) -> Option<PathBuf> {
+/// The most recently built `ringreduce-*/out/modules`, the folder of the
+/// kernels' modules.
+fn newest_modules(build: &Path) -> Option<PathBuf> {
     std::fs::read_dir(build)
         .ok()?
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("ringreduce-"))
-        .map(|e| e.path().join("out").join("kernels.ptx"))
-        .filter(|p| p.is_file())
+        .map(|e| e.path().join("out").join("modules"))
+        .filter(|p| p.is_dir())
         .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
 }
 

@@ -24,8 +24,9 @@
 
 use super::{device_ptrs, launch_local, local_args};
 use cudarc::driver::{sys, CudaStream};
-use ringreduce::gpu::module::module_for;
-use ringreduce::kernels::abi::{local_kernel_name, LocalArgs, BATCH_RANKS};
+use ringreduce::gpu::module::Kernels;
+use ringreduce::kernels::abi::{LocalArgs, BATCH_RANKS};
+use ringreduce::kernels::catalogue::{self, Kind};
 use ringreduce::{Collective, Collectives, CommConfig, Communicator, DataType, Op, Region};
 use std::sync::Arc;
 use std::time::Instant;
@@ -87,8 +88,10 @@ pub fn run(k: usize, iters: usize) -> Result<(), Box<dyn std::error::Error>> {
         })?;
         println!("  round {round}: library shifted {host:.3} us host, {gpu:.3} us between events");
     }
-    let module = module_for(comm.context(0))?;
-    let f = module.load_function(local_kernel_name(DataType::F32, Op::Sum))?;
+    let f32_sum =
+        catalogue::collective_index(Kind::Local, Collective::AllReduce, DataType::F32, Op::Sum)
+            .ok_or("no local f32 sum entry")?;
+    let f = Kernels::of(comm.context(0))?.collective(f32_sum)?.clone();
     let (sp, rp) = (device_ptrs(&send, &stream), device_ptrs(&recv, &stream));
     let args = local_args(Collective::AllReduce, blocks, n as u64, false, &sp, &rp)
         .ok_or("no local argument for these ranks")?;

@@ -21,8 +21,9 @@ use super::{device_ptrs, launch_local, local_args};
 use cudarc::driver::{sys, CudaFunction, CudaSlice, CudaStream};
 use cudarc::nvrtc::Ptx;
 use ringreduce::gpu::capture;
-use ringreduce::gpu::module::module_for;
-use ringreduce::kernels::abi::{local_kernel_name, LocalArgs, BATCH_RANKS};
+use ringreduce::gpu::module::Kernels;
+use ringreduce::kernels::abi::{LocalArgs, BATCH_RANKS};
+use ringreduce::kernels::catalogue::{self, Kind};
 use ringreduce::{Collective, Collectives, CommConfig, Communicator, DataType, Op};
 use std::sync::Arc;
 
@@ -85,8 +86,10 @@ pub fn run(k: usize, reps: usize, replays: usize) -> Result<(), Box<dyn std::err
     let (send, mut recv) = (upload()?, upload()?);
     let poison = vec![POISON; ELEMS];
     let stream = comm.streams()[0].clone();
-    let module = module_for(comm.context(0))?;
-    let f = module.load_function(local_kernel_name(DataType::F32, Op::Sum))?;
+    let f32_sum =
+        catalogue::collective_index(Kind::Local, Collective::AllReduce, DataType::F32, Op::Sum)
+            .ok_or("no local f32 sum entry")?;
+    let f = Kernels::of(comm.context(0))?.collective(f32_sum)?.clone();
     let (sp, rp) = (device_ptrs(&send, &stream), device_ptrs(&recv, &stream));
     let no_args = || format!("no local argument for {k} ranks");
     println!("k = {k}: {reps} launches per graph, best of {replays} replays, us per launch");

@@ -92,6 +92,22 @@ pub struct Part {
     job: Job,
 }
 
+/// The entries an f32 sum all-reduce runs, whichever algorithm Auto
+/// picks, as a regular expression over the catalogue's names.
+fn f32_sum_all_reduce_kernels() -> &'static str {
+    use ringreduce::kernels::catalogue::collective_entry;
+    use ringreduce::{Algorithm, Collective, DataType, Op};
+    static R: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    R.get_or_init(|| {
+        let mut names: Vec<&str> = Algorithm::ALL
+            .iter()
+            .map(|&a| collective_entry(a, Collective::AllReduce, DataType::F32, Op::Sum).name)
+            .collect();
+        names.dedup();
+        format!("({})", names.join("|"))
+    })
+}
+
 /// Every part, most important first (a budget cuts from the end).
 pub fn all() -> Vec<Part> {
     let sweep = |name, about, common, gpu, cpu, est| Part {
@@ -109,7 +125,7 @@ pub fn all() -> Vec<Part> {
         cap_s: 300,
         job: Job::KernelTimes {
             common,
-            kernel: "ringreduce_(local_)?float_sum",
+            kernel: f32_sum_all_reduce_kernels(),
             // The launch floor runs the local f32 sum entry first.
             skip: crate::ceilings::LOCAL_FLOOR_LAUNCHES,
             sizes,

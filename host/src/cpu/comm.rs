@@ -11,9 +11,10 @@ use crate::planner::{connect, BufferSpan, ChannelWiring, Plan, RankWiring};
 use crate::ring::RingOrder;
 use crate::state::CommState;
 use ringreduce_kernels::abi::{
-    Algorithm, Collective, DirectPeer, LocalArgs, RankConn, CPU_THREADS, DIRECT_FLAG_STRIDE,
+    Algorithm, Collective, DirectPeer, LocalArgs, RankConn, Work, CPU_THREADS, DIRECT_FLAG_STRIDE,
     MAX_CHANNELS,
 };
+use ringreduce_kernels::catalogue::{self, Kind};
 use ringreduce_kernels::plan::DEFAULT_BUFFER_BYTES;
 use ringreduce_kernels::{Op, StatusRecord};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -388,6 +389,15 @@ impl CpuCommunicator {
                 CpuBuffers::InPlace(v) => vec![v.mem.begin_use()],
             }
         };
+        // The catalogue entry the GPU would launch: the CPU runs its code.
+        let entry = |works: &[Work]| {
+            let w = works.first();
+            let c = w.and_then(|w| Collective::from_u64(w.collective));
+            let a = w.and_then(|w| Algorithm::from_u64(w.algorithm));
+            c.zip(a)
+                .and_then(|(c, a)| catalogue::collective_index(Kind::of(a), c, T::DTYPE, op))
+                .ok_or_else(|| Error::Broken("internal: a launch no entry runs".into()))
+        };
         match plan {
             Plan::Nothing => Ok(()),
             Plan::Copy { send, recv, bytes } => {
@@ -416,6 +426,7 @@ impl CpuCommunicator {
                 // own blocks once every rank's earlier work is done, and goes
                 // on only when every block has ended, as the launch's events
                 // order a GPU's streams.
+                let entry = entry(&works)?;
                 let blocks = works.len() as u64 * works[0].channels;
                 let args = Arc::new(LocalArgs::new(&works, blocks).ok_or_else(|| {
                     Error::Broken("internal: a local call does not fit its arguments".into())
@@ -439,7 +450,7 @@ impl CpuCommunicator {
                                 // SAFETY: the arguments come from the
                                 // planner for this call, whose buffers every
                                 // rank's job holds between the two barriers.
-                                unsafe { run_local(T::DTYPE, op, lane, &args, first + lane.block) }
+                                unsafe { run_local(entry, lane, &args, first + lane.block) }
                             });
                             end.wait();
                         }),
@@ -448,6 +459,7 @@ impl CpuCommunicator {
                 Ok(())
             }
             Plan::Launch { works, .. } => {
+                let entry = entry(&works)?;
                 let hooks = self.inner.state.hooks();
                 for (u, w) in works.into_iter().enumerate() {
                     if hooks.withhold_rank == Some(u) {
@@ -463,7 +475,7 @@ impl CpuCommunicator {
                                 injected_panic(hooks.lane_panic, u, lane);
                                 // SAFETY: `w` comes from the planner for this
                                 // communicator, whose memory outlives the job.
-                                unsafe { run_rank(T::DTYPE, op, lane, &w) }
+                                unsafe { run_rank(entry, lane, &w) }
                             });
                         }),
                     )?;

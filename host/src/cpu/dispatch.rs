@@ -1,111 +1,153 @@
-//! The CPU execution's kernel table: the ring and local kernels for every
-//! (type, op), chosen at run time.
+//! The CPU execution's kernel table: the code of every collective entry of
+//! the kernel catalogue (`ringreduce_kernels::catalogue`), generated from
+//! its rows, so that the CPU runs what the GPU would for every call, the
+//! equivalence classes included.
 //!
 //! These functions are deliberately not generic. A generic `run::<T>`
-//! would be compiled again, 50 times over, in every crate that calls a
+//! would be compiled again, once per entry, in every crate that calls a
 //! CPU collective (each test binary, the bench); as a runtime table it is
 //! compiled once, here, and the callers link to it.
 
 use super::lane::Lane;
 use ringreduce_kernels::abi::{LocalArgs, Work, CPU_THREADS};
+use ringreduce_kernels::catalogue::{COLLECTIVE_ENTRIES, GATHERING, REDUCING};
 use ringreduce_kernels::{entry, local};
-use ringreduce_kernels::{Avg, DataType, Max, Min, Op, Prod, Sum};
 
-/// Runs `$body` with `$O` the reduce-op type of the runtime `op`.
-macro_rules! with_op {
-    ($op:expr, $O:ident => $body:expr) => {
-        match $op {
-            Op::Sum => {
-                type $O = Sum;
-                $body
-            }
-            Op::Prod => {
-                type $O = Prod;
-                $body
-            }
-            Op::Max => {
-                type $O = Max;
-                $body
-            }
-            Op::Min => {
-                type $O = Min;
-                $body
-            }
-            Op::Avg => {
-                type $O = Avg;
-                $body
-            }
+/// One entry's code on the CPU.
+#[derive(Clone, Copy)]
+enum CpuKernel {
+    /// A ring or direct entry: one rank's block.
+    Rank(unsafe fn(&Lane<'_>, &Work)),
+    /// A local entry: one block of the grid.
+    Local(unsafe fn(&Lane<'_>, &LocalArgs, u64)),
+}
+
+/// The three kinds of one row (`$a`, `$b` as in the entry names).
+macro_rules! row_code {
+    ($t:ty, $op:ident, $set:expr) => {
+        #[inline(never)]
+        pub(in crate::cpu) unsafe fn ring(lane: &Lane<'_>, w: &Work) {
+            entry::ring::<Lane<'_>, $t, ringreduce_kernels::op::$op, CPU_THREADS, { $set }>(lane, w)
+        }
+
+        #[inline(never)]
+        pub(in crate::cpu) unsafe fn direct(lane: &Lane<'_>, w: &Work) {
+            entry::direct::<Lane<'_>, $t, ringreduce_kernels::op::$op, CPU_THREADS, { $set }>(
+                lane, w,
+            )
+        }
+
+        #[inline(never)]
+        pub(in crate::cpu) unsafe fn local(lane: &Lane<'_>, b: &LocalArgs, block: u64) {
+            local::run::<Lane<'_>, $t, ringreduce_kernels::op::$op, CPU_THREADS, { $set }>(
+                lane, b, b, block,
+            )
         }
     };
 }
 
-/// Generates the two entry points from the kernels' type table, so the
-/// (`DataType`, Rust type) pairs are the ones the GPU entries use.
-///
-/// Each type's kernels sit in a module of their own because rustc splits
-/// codegen units by module: one module held all 100 instances in one unit,
+/// Each type's code sits in a module of its own because rustc splits
+/// codegen units by module: one module held every instance in one unit,
 /// which one core compiled alone for ten minutes.
-macro_rules! type_table {
-    ($($tn:ident: $t:ty => $dt:ident;)*) => {
-        $(mod $tn {
-            // Not a glob: it would bring in the sibling modules, and one of
-            // them is named `half`, like the crate.
-            use super::{entry, local, Avg, Lane, LocalArgs, Max, Min, Op, Prod, Sum, Work, CPU_THREADS};
-
-            #[inline(never)]
-            pub(super) unsafe fn rank(op: Op, lane: &Lane<'_>, w: &Work) {
-                with_op!(op, O => entry::run::<Lane<'_>, $t, O, CPU_THREADS>(lane, w))
+macro_rules! cpu_table {
+    (
+        reduce: [$($tn:ident: $t:ty => $dt:ident { $($on:ident: $op:ident),* })*]
+        gather: [$($gn:ident: $gt:ty,)*]
+    ) => {
+        $(
+            #[allow(non_snake_case)]
+            mod $tn {
+                $(pub(in crate::cpu) mod $on {
+                    use super::super::*;
+                    row_code!($t, $op, REDUCING);
+                })*
             }
-
-            #[inline(never)]
-            pub(super) unsafe fn local(op: Op, lane: &Lane<'_>, b: &LocalArgs, block: u64) {
-                with_op!(op, O => local::run::<Lane<'_>, $t, O, CPU_THREADS>(lane, b, b, block))
-            }
-        })*
-
-        /// Runs `w`'s block on `lane` with the kernel code for
-        /// (`dtype`, `op`).
-        ///
-        /// # Safety
-        /// As for [`entry::run`], with `dtype` the type of `w`'s buffers.
-        pub(super) unsafe fn run_rank(dtype: DataType, op: Op, lane: &Lane<'_>, w: &Work) {
-            match dtype {
-                $(DataType::$dt => $tn::rank(op, lane, w),)*
-            }
+        )*
+        mod gather {
+            $(pub(in crate::cpu) mod $gn {
+                use super::super::*;
+                row_code!($gt, Sum, GATHERING);
+            })*
         }
 
-        /// Runs block `block` of a local call's grid on `lane` with the
-        /// kernel code for (`dtype`, `op`).
-        ///
-        /// # Safety
-        /// As for [`local::run`], with `dtype` the type of `b`'s buffers.
-        pub(super) unsafe fn run_local(
-            dtype: DataType,
-            op: Op,
-            lane: &Lane<'_>,
-            b: &LocalArgs,
-            block: u64,
-        ) {
-            match dtype {
-                $(DataType::$dt => $tn::local(op, lane, b, block),)*
-            }
-        }
+        /// Every collective entry's code, in the catalogue's order, with
+        /// its name (checked against the catalogue by a test).
+        const TABLE: &[(&str, CpuKernel)] = &[
+            $($(
+                (ringreduce_kernels::entry_name!(ring, $tn, $on), CpuKernel::Rank($tn::$on::ring)),
+                (ringreduce_kernels::entry_name!(direct, $tn, $on), CpuKernel::Rank($tn::$on::direct)),
+                (ringreduce_kernels::entry_name!(local, $tn, $on), CpuKernel::Local($tn::$on::local)),
+            )*)*
+            $(
+                (ringreduce_kernels::entry_name!(ring, gather, $gn), CpuKernel::Rank(gather::$gn::ring)),
+                (ringreduce_kernels::entry_name!(direct, gather, $gn), CpuKernel::Rank(gather::$gn::direct)),
+                (ringreduce_kernels::entry_name!(local, gather, $gn), CpuKernel::Local(gather::$gn::local)),
+            )*
+        ];
     };
 }
 
-ringreduce_kernels::for_each_type!(type_table);
+ringreduce_kernels::for_each_collective_row!(cpu_table);
+
+const _: () = assert!(TABLE.len() == COLLECTIVE_ENTRIES.len());
+
+/// Runs `w`'s block on `lane` with the code of collective entry `entry`
+/// (a ring or direct one; see `catalogue::collective_index`).
+///
+/// # Safety
+/// As for [`entry::ring`] and [`entry::direct`], with `entry` one that
+/// serves `w`'s collective, algorithm and type.
+pub(super) unsafe fn run_rank(entry: usize, lane: &Lane<'_>, w: &Work) {
+    match TABLE[entry].1 {
+        CpuKernel::Rank(f) => f(lane, w),
+        CpuKernel::Local(_) => unreachable!("a local entry for a rank's work"),
+    }
+}
+
+/// Runs block `block` of a local call's grid on `lane` with the code of
+/// collective entry `entry` (a local one).
+///
+/// # Safety
+/// As for [`local::run`], with `entry` one that serves `b`'s collective
+/// and type.
+pub(super) unsafe fn run_local(entry: usize, lane: &Lane<'_>, b: &LocalArgs, block: u64) {
+    match TABLE[entry].1 {
+        CpuKernel::Local(f) => f(lane, b, block),
+        CpuKernel::Rank(_) => unreachable!("a rank's entry for a local grid"),
+    }
+}
 
 #[cfg(test)]
 mod tests {
     use super::super::lane::{BlockSync, Lane, Trap};
     use super::*;
     use ringreduce_kernels::abi::BATCH_RANKS;
-    use ringreduce_kernels::Collective;
+    use ringreduce_kernels::catalogue::{collective_index, Kind};
+    use ringreduce_kernels::{Collective, DataType, Op};
     use std::time::Instant;
+
+    #[test]
+    fn the_table_is_the_catalogue() {
+        for (e, (name, k)) in COLLECTIVE_ENTRIES.iter().zip(TABLE) {
+            assert_eq!(e.name, *name);
+            let kinds: &[Kind] = match k {
+                CpuKernel::Rank(_) => &[Kind::Ring, Kind::Direct],
+                CpuKernel::Local(_) => &[Kind::Local],
+            };
+            assert!(kinds.contains(&e.kind), "{name}");
+        }
+    }
 
     /// Runs every block of a local grid over `args`, lane by lane (the
     /// local kernel never waits, so one thread can run them in turn).
     fn run_grid(args: &LocalArgs) {
+        let f32_sum = collective_index(
+            Kind::Local,
+            Collective::ReduceScatter,
+            DataType::F32,
+            Op::Sum,
+        )
+        .expect("an entry");
         let (sync, trap) = (BlockSync::new(CPU_THREADS as usize), Trap::default());
         for block in 0..args.blocks {
             for tid in 0..CPU_THREADS {
@@ -118,7 +160,7 @@ mod tests {
                 };
                 // SAFETY: `args` names the test's live f32 buffers, long
                 // enough for what it asks.
-                unsafe { run_local(DataType::F32, Op::Sum, &lane, args, block) };
+                unsafe { run_local(f32_sum, &lane, args, block) };
             }
         }
     }

@@ -12,9 +12,8 @@ use super::setup::Inner;
 use crate::error::{Error, Result};
 use crate::planner::Plan;
 use cudarc::driver::{result, sys, CudaContext, CudaGraph, CudaStream};
-use ringreduce_kernels::abi::{
-    Algorithm, Batch, LocalArgs, Work, BATCH_RANKS, BLOCK_THREADS, LOCAL_THREADS,
-};
+use ringreduce_kernels::abi::{Algorithm, Batch, Collective, LocalArgs, Work, BATCH_RANKS};
+use ringreduce_kernels::catalogue::{self, Args, Kind, COLLECTIVE_ENTRIES};
 use ringreduce_kernels::{DataType, Op};
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -105,6 +104,13 @@ pub fn enqueue(
             Ok(())
         }
         Plan::Launch { works, .. } => {
+            // The kernel first, on every device of the call: a first call
+            // loads (and may JIT-compile) it, and a failure here leaves no
+            // rank launched, so the communicator stays usable.
+            let entry = entry_of(works, dtype, op)?;
+            for g in &inner.groups {
+                inner.kernels[g.ranks[0]].collective(entry)?;
+            }
             inner.state.note_launch(works);
             let withhold = inner.state.hooks().withhold_rank;
             for g in &inner.groups {
@@ -121,7 +127,7 @@ pub fn enqueue(
                 let r = members
                     .iter()
                     .try_for_each(|&u| hand_over(&mut last[u], &streams[u]))
-                    .and_then(|()| launch(inner, g, &members, works, dtype, op, streams));
+                    .and_then(|()| launch(inner, g, &members, works, entry, streams));
                 if let Err(e) = r {
                     inner.state.mark_broken(&e);
                     return Err(e);
@@ -132,15 +138,36 @@ pub fn enqueue(
     }
 }
 
+/// The index in `catalogue::COLLECTIVE_ENTRIES` of the entry that runs
+/// `works` (every rank's has one collective and algorithm) on `dtype`
+/// with `op`.
+fn entry_of(works: &[Work], dtype: DataType, op: Op) -> Result<usize> {
+    let w = works
+        .first()
+        .ok_or_else(|| Error::Broken("internal: a launch of no ranks".into()))?;
+    let (c, a) = (
+        Collective::from_u64(w.collective),
+        Algorithm::from_u64(w.algorithm),
+    );
+    let (Some(c), Some(a)) = (c, a) else {
+        return Err(Error::Broken(format!(
+            "internal: a work of collective {} and algorithm {}",
+            w.collective, w.algorithm
+        )));
+    };
+    catalogue::collective_index(Kind::of(a), c, dtype, op)
+        .ok_or_else(|| Error::Broken(format!("internal: no entry runs {a:?}")))
+}
+
 /// Launches the grid of `members` (ranks of group `g`) on the first
-/// member's stream, ordered after and before every member's stream.
+/// member's stream, ordered after and before every member's stream, with
+/// collective entry `entry` (see [`entry_of`]).
 fn launch(
     inner: &Inner,
     g: &Group,
     members: &[usize],
     works: &[Work],
-    dtype: DataType,
-    op: Op,
+    entry: usize,
     streams: &[Arc<CudaStream>],
 ) -> Result<()> {
     let lead = members[0];
@@ -168,12 +195,13 @@ fn launch(
     }
     inner.ranks[lead].ctx.bind_to_thread()?;
     let wait = sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
-    let kernels = &inner.kernels[lead];
+    let e = &COLLECTIVE_ENTRIES[entry];
+    let f = inner.kernels[lead].collective(entry)?;
     // A local call (every rank of the communicator in this one batch, see
     // the planner) runs its own entry with its small argument; only the
     // others build the 2.5 KB batch.
     let (mut local, mut batch);
-    let (f, threads, mut params) = if picked[0].algorithm == Algorithm::Local as u64 {
+    let mut params = if e.args == Args::Local {
         let args = (picked.len() == works.len())
             .then(|| LocalArgs::new(&picked, blocks))
             .flatten();
@@ -184,12 +212,10 @@ fn launch(
                 picked.len()
             ))
         })?;
-        let arg = &mut local as *mut LocalArgs as *mut std::ffi::c_void;
-        (kernels.local(dtype, op), LOCAL_THREADS, [arg])
+        [&mut local as *mut LocalArgs as *mut std::ffi::c_void]
     } else {
         batch = Batch::new(&picked).ok_or_else(not_one)?;
-        let arg = &mut batch as *mut Batch as *mut std::ffi::c_void;
-        (kernels.get(dtype, op), BLOCK_THREADS, [arg])
+        [&mut batch as *mut Batch as *mut std::ffi::c_void]
     };
     // SAFETY: the events are live and on this context; each kernel takes
     // its one argument by value, which the driver copies at launch.
@@ -201,7 +227,7 @@ fn launch(
         result::launch_kernel(
             f.cu_function(),
             (blocks as u32, 1, 1),
-            (threads, 1, 1),
+            (e.threads, 1, 1),
             0,
             on,
             &mut params,

@@ -1,51 +1,46 @@
-//! Loading the embedded kernels, once per device: SASS where it was built
-//! for the device, else the PTX.
+//! Loading the kernels on demand: each entry of the kernel catalogue
+//! (`ringreduce_kernels::catalogue`) is a module of its own, loaded on a
+//! device the first time a call needs it, from SASS where it was built for
+//! the device, else from the PTX.
+//!
+//! The driver JIT-compiles a PTX module whole when it is loaded, and lazy
+//! loading does not defer that; so a process compiles only the entries it
+//! runs, and a first call waits for one entry, not for all of them.
 
 use crate::error::{Error, Result};
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
+use cudarc::driver::{result, CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
-use ringreduce_kernels::abi::{kernel_name, local_kernel_name};
-use ringreduce_kernels::{DataType, Op};
+use ringreduce_kernels::catalogue::{self, Entry, COLLECTIVE_ENTRIES, OTHER_ENTRIES};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
-/// The PTX of every kernel, built by `build.rs` from `ringreduce-kernels`.
-pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels.ptx"));
-
-/// Names of the kernels the bench runner measures its ceilings with.
-pub const COPY_BLOCK_KERNEL: &str = "ringreduce_copy_block";
-pub const COPY_GRID_KERNEL: &str = "ringreduce_copy_grid";
-pub const PINGPONG_KERNEL: &str = "ringreduce_pingpong";
-pub const REDUCE_BLOCK_KERNEL: &str = "ringreduce_reduce_block";
-/// The gradient layer's one entry (`ringreduce_kernels::grad`).
-pub const TASK_KERNEL: &str = ringreduce_kernels::abi::TASK_ENTRY;
-
-/// Every kernel entry the PTX must contain.
-pub fn all_kernel_names() -> Vec<String> {
-    let mut v: Vec<String> = DataType::ALL
-        .iter()
-        .flat_map(|&d| {
-            Op::ALL
-                .iter()
-                .flat_map(move |&o| [kernel_name(d, o), local_kernel_name(d, o)].map(String::from))
-        })
-        .collect();
-    v.extend(
-        [
-            COPY_BLOCK_KERNEL,
-            COPY_GRID_KERNEL,
-            PINGPONG_KERNEL,
-            REDUCE_BLOCK_KERNEL,
-            TASK_KERNEL,
-        ]
-        .map(String::from),
-    );
-    v
-}
+/// Every module's PTX, by name, built by `build.rs` from
+/// `ringreduce-kernels`: one per catalogue module.
+pub const MODULES: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/modules.rs"));
 
 /// SASS built with the library for the GPUs named in `RINGREDUCE_SASS` at
-/// build time (none by default): (compute capability, cubin).
-pub const SASS: &[(u32, &[u8])] = include!(concat!(env!("OUT_DIR"), "/sass.rs"));
+/// build time (none by default): (compute capability, a cubin per module).
+pub const SASS: &[(u32, &[(&str, &[u8])])] = include!(concat!(env!("OUT_DIR"), "/sass.rs"));
+
+/// The PTX of module `name`.
+pub fn ptx_of(name: &str) -> Option<&'static str> {
+    MODULES.iter().find(|(n, _)| *n == name).map(|&(_, p)| p)
+}
+
+/// The embedded SASS of module `name` for compute capability `cc`, if any.
+pub fn sass_for(cc: u32, name: &str) -> Option<&'static [u8]> {
+    let (_, modules) = SASS.iter().find(|(c, _)| *c == cc)?;
+    modules
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|&(_, bin)| bin)
+}
+
+/// Whether SASS for compute capability `cc` is embedded.
+pub fn has_sass(cc: u32) -> bool {
+    SASS.iter().any(|(c, _)| *c == cc)
+}
 
 /// What a device's kernels were loaded from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,44 +65,194 @@ impl std::fmt::Display for KernelImage {
     }
 }
 
-/// The embedded SASS for compute capability `cc`, if any.
-pub fn sass_for(cc: u32) -> Option<&'static [u8]> {
-    SASS.iter().find(|(c, _)| *c == cc).map(|&(_, bin)| bin)
+/// One module's load on one device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModuleLoad {
+    pub module: &'static str,
+    /// Bytes of the image loaded (PTX text or cubin).
+    pub bytes: usize,
+    /// How long the driver took (the JIT's time, for PTX).
+    pub took: Duration,
+    pub image: KernelImage,
 }
 
-/// Each device's module, by ordinal, and what it was loaded from.
-type Loaded = HashMap<usize, (Arc<CudaModule>, KernelImage)>;
-
-/// Loading JIT-compiles the whole PTX for the device, which takes a while
-/// (unless SASS for it is embedded), so each device's module is loaded once
-/// per process and shared.
-fn modules() -> &'static Mutex<Loaded> {
-    static M: OnceLock<Mutex<Loaded>> = OnceLock::new();
-    M.get_or_init(|| Mutex::new(HashMap::new()))
+/// The index in [`MODULES`] of each catalogue entry's module, in the
+/// order of `catalogue::all()`.
+fn module_indices() -> &'static [usize] {
+    static M: OnceLock<Vec<usize>> = OnceLock::new();
+    M.get_or_init(|| {
+        catalogue::all()
+            .map(|e| {
+                MODULES
+                    .iter()
+                    .position(|(n, _)| *n == e.module)
+                    .expect("build.rs makes every catalogue module")
+            })
+            .collect()
+    })
 }
 
-pub fn module_for(ctx: &Arc<CudaContext>) -> Result<Arc<CudaModule>> {
-    let mut m = modules().lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((module, _)) = m.get(&ctx.ordinal()) {
-        return Ok(module.clone());
+/// The position of `e`, one of [`OTHER_ENTRIES`], in `catalogue::all()`.
+fn other_index(e: &Entry) -> usize {
+    let i = OTHER_ENTRIES
+        .iter()
+        .position(|o| o.name == e.name)
+        .expect("one of the catalogue's other entries");
+    COLLECTIVE_ENTRIES.len() + i
+}
+
+/// The kernels of one device: every catalogue entry, each loaded the first
+/// time it is asked for. Shared by every communicator on the device in this
+/// process (see [`Kernels::of`]).
+pub struct Kernels {
+    ctx: Arc<CudaContext>,
+    cc: u32,
+    modules: Vec<OnceLock<Arc<CudaModule>>>,
+    /// By position in `catalogue::all()`.
+    functions: Vec<OnceLock<CudaFunction>>,
+    /// Held while a module loads, so that concurrent first calls load it
+    /// once; every later call reads its `OnceLock` without it.
+    loading: Mutex<Vec<ModuleLoad>>,
+}
+
+/// Each device's kernels, by ordinal.
+fn devices() -> &'static Mutex<HashMap<usize, Arc<Kernels>>> {
+    static D: OnceLock<Mutex<HashMap<usize, Arc<Kernels>>>> = OnceLock::new();
+    D.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+impl Kernels {
+    /// The kernels of `ctx`'s device, loading nothing yet; a typed error if
+    /// the device is older than the PTX's target.
+    pub fn of(ctx: &Arc<CudaContext>) -> Result<Arc<Kernels>> {
+        let mut d = devices().lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = d.get(&ctx.ordinal()) {
+            return Ok(k.clone());
+        }
+        let (major, minor) = ctx.compute_capability()?;
+        let cc = (major * 10 + minor) as u32;
+        let target = MODULES.first().and_then(|(_, p)| ptx_target(p));
+        check_target(ctx.ordinal(), cc, target)?;
+        let k = Arc::new(Kernels {
+            ctx: ctx.clone(),
+            cc,
+            modules: MODULES.iter().map(|_| OnceLock::new()).collect(),
+            functions: catalogue::all().map(|_| OnceLock::new()).collect(),
+            loading: Mutex::new(Vec::new()),
+        });
+        d.insert(ctx.ordinal(), k.clone());
+        Ok(k)
     }
-    let (major, minor) = ctx.compute_capability()?;
-    let cc = (major * 10 + minor) as u32;
-    check_target(ctx.ordinal(), cc, ptx_target(PTX))?;
-    // A driver older than the ptxas that built the SASS may refuse it; the
-    // PTX still loads there, only slower.
-    let (module, image) =
-        match sass_for(cc).map(|bin| ctx.load_module(Ptx::from_binary(bin.to_vec()))) {
-            Some(Ok(module)) => (module, KernelImage::Sass(cc)),
-            refused => (
-                ctx.load_module(Ptx::from_src(PTX))?,
-                KernelImage::Ptx {
-                    refused: refused.and_then(|r| r.err()).map(|e| e.to_string()),
-                },
-            ),
+
+    /// The collective entry at `index` of `COLLECTIVE_ENTRIES` (see
+    /// `catalogue::collective_index`), loaded if it was not.
+    #[inline]
+    pub fn collective(&self, index: usize) -> Result<&CudaFunction> {
+        self.function(index)
+    }
+
+    /// `e`, one of the catalogue's other entries (the task, the ceilings),
+    /// loaded if it was not.
+    pub fn other(&self, e: &Entry) -> Result<&CudaFunction> {
+        self.function(other_index(e))
+    }
+
+    /// The function at position `i` of `catalogue::all()`.
+    fn function(&self, i: usize) -> Result<&CudaFunction> {
+        if let Some(f) = self.functions[i].get() {
+            return Ok(f);
+        }
+        let e = catalogue::all().nth(i).expect("an index of the catalogue");
+        let module = self.module(module_indices()[i])?;
+        let f = module.load_function(e.name)?;
+        // The launch bounds promise the co-residency the communicator was
+        // sized with, before anything was loaded: hold the driver to it.
+        // SAFETY: a valid function handle.
+        let fits = unsafe {
+            result::occupancy::max_active_block_per_multiprocessor(
+                f.cu_function(),
+                e.threads as i32,
+                0,
+            )?
         };
-    m.insert(ctx.ordinal(), (module.clone(), image));
-    Ok(module)
+        if fits < e.min_blocks_per_sm as i32 {
+            return Err(Error::Driver(format!(
+                "kernel {} fits {fits} blocks of {} threads per SM, fewer than its launch \
+                 bounds' {}",
+                e.name, e.threads, e.min_blocks_per_sm
+            )));
+        }
+        Ok(self.functions[i].get_or_init(|| f))
+    }
+
+    /// Module `m` of [`MODULES`], loaded once: SASS where it was built for
+    /// this device, else the PTX. A driver older than the ptxas that built
+    /// the SASS may refuse it; the PTX still loads there, only slower.
+    fn module(&self, m: usize) -> Result<Arc<CudaModule>> {
+        if let Some(module) = self.modules[m].get() {
+            return Ok(module.clone());
+        }
+        let mut loads = self.loading.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(module) = self.modules[m].get() {
+            return Ok(module.clone());
+        }
+        let (name, ptx) = MODULES[m];
+        let start = Instant::now();
+        let sass = sass_for(self.cc, name);
+        let (module, image, bytes) =
+            match sass.map(|bin| self.ctx.load_module(Ptx::from_binary(bin.to_vec()))) {
+                Some(Ok(module)) => (
+                    module,
+                    KernelImage::Sass(self.cc),
+                    sass.map_or(0, |b| b.len()),
+                ),
+                refused => (
+                    self.ctx.load_module(Ptx::from_src(ptx))?,
+                    KernelImage::Ptx {
+                        refused: refused.and_then(|r| r.err()).map(|e| e.to_string()),
+                    },
+                    ptx.len(),
+                ),
+            };
+        loads.push(ModuleLoad {
+            module: name,
+            bytes,
+            took: start.elapsed(),
+            image,
+        });
+        Ok(self.modules[m].get_or_init(|| module).clone())
+    }
+
+    /// Every module loaded on this device so far, in load order.
+    pub fn loads(&self) -> Vec<ModuleLoad> {
+        self.loading
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// The modules loaded on device `ordinal` so far, in load order (none if
+/// no communicator used it).
+pub fn module_loads(ordinal: usize) -> Vec<ModuleLoad> {
+    let d = devices().lock().unwrap_or_else(|e| e.into_inner());
+    d.get(&ordinal).map(|k| k.loads()).unwrap_or_default()
+}
+
+/// What device `ordinal`'s kernels were loaded from, once any was: SASS
+/// if every module so far came from SASS, else the PTX (with the first
+/// refusal, if SASS was refused).
+pub fn kernel_image(ordinal: usize) -> Option<KernelImage> {
+    let loads = module_loads(ordinal);
+    let first = loads.first()?;
+    Some(
+        loads
+            .iter()
+            .find(|l| matches!(l.image, KernelImage::Ptx { .. }))
+            .unwrap_or(first)
+            .image
+            .clone(),
+    )
 }
 
 /// The architecture a PTX text targets (`.target sm_80` gives 80).
@@ -124,61 +269,5 @@ pub fn check_target(device: usize, cc: u32, target: Option<u32>) -> Result<()> {
     match target {
         Some(ptx) if cc < ptx => Err(Error::GpuTooOld { device, cc, ptx }),
         _ => Ok(()),
-    }
-}
-
-/// What device `ordinal`'s kernels were loaded from, once loaded.
-pub fn kernel_image(ordinal: usize) -> Option<KernelImage> {
-    let m = modules().lock().unwrap_or_else(|e| e.into_inner());
-    m.get(&ordinal).map(|(_, image)| image.clone())
-}
-
-/// The collective kernels of one device, by (type, op).
-pub struct Kernels {
-    pub module: Arc<CudaModule>,
-    by_key: HashMap<(DataType, Op), CudaFunction>,
-    /// The local kernels (`ringreduce_kernels::local`), by (type, op).
-    local: HashMap<(DataType, Op), CudaFunction>,
-    /// The gradient layer's task entry.
-    pub task: CudaFunction,
-}
-
-impl Kernels {
-    pub fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
-        let module = module_for(ctx)?;
-        let mut by_key = HashMap::new();
-        let mut local = HashMap::new();
-        for &d in &DataType::ALL {
-            for &o in &Op::ALL {
-                by_key.insert((d, o), module.load_function(kernel_name(d, o))?);
-                local.insert((d, o), module.load_function(local_kernel_name(d, o))?);
-            }
-        }
-        let task = module.load_function(TASK_KERNEL)?;
-        Ok(Kernels {
-            module,
-            by_key,
-            local,
-            task,
-        })
-    }
-
-    /// The local kernel for (type, op).
-    pub fn local(&self, dtype: DataType, op: Op) -> &CudaFunction {
-        &self.local[&(dtype, op)]
-    }
-
-    /// Every local kernel.
-    pub fn all_local(&self) -> impl Iterator<Item = &CudaFunction> {
-        self.local.values()
-    }
-
-    pub fn get(&self, dtype: DataType, op: Op) -> &CudaFunction {
-        &self.by_key[&(dtype, op)]
-    }
-
-    /// Every collective (ring and direct) kernel.
-    pub fn all(&self) -> impl Iterator<Item = &CudaFunction> {
-        self.by_key.values()
     }
 }

@@ -14,9 +14,9 @@ use crate::state::CommState;
 use crate::topology::{check_ring, ring_from_topology};
 use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaStream};
 use ringreduce_kernels::abi::{
-    DirectPeer, RankConn, BATCH_RANKS, BLOCK_THREADS, DIRECT_FLAG_STRIDE, GPU_THREADS,
-    LOCAL_THREADS, MAX_CHANNELS,
+    DirectPeer, RankConn, BATCH_RANKS, BLOCK_THREADS, DIRECT_FLAG_STRIDE, GPU_THREADS, MAX_CHANNELS,
 };
+use ringreduce_kernels::catalogue::{Args, COLLECTIVE_ENTRIES};
 use ringreduce_kernels::{DataType, StatusRecord};
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap};
@@ -105,11 +105,12 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
     let mut resident_blocks = usize::MAX;
     let mut local_resident = usize::MAX;
     for (&d, ctx) in &ctxs {
-        let kernels = Arc::new(Kernels::load(ctx)?);
+        // Nothing is loaded yet: each kernel is, by the first call that
+        // runs it, and its launch bounds say how many of its blocks fit.
+        let kernels = Kernels::of(ctx)?;
         let here = devices.iter().filter(|&&x| x == d).count();
-        let blocks = resident_blocks_of(ctx, kernels.all(), BLOCK_THREADS)?;
-        local_resident =
-            local_resident.min(resident_blocks_of(ctx, kernels.all_local(), LOCAL_THREADS)?);
+        let blocks = resident_by_bounds(ctx, Args::Batch)?;
+        local_resident = local_resident.min(resident_by_bounds(ctx, Args::Local)?);
         resident_blocks = resident_blocks.min(blocks);
         max_channels = max_channels.min(channels_that_fit(ctx, blocks, here, &config)?);
         most_here = most_here.max(here);
@@ -263,9 +264,25 @@ fn ring_for(
     Ok(ring)
 }
 
+/// Blocks of the collective entries that take `args` that fit on the
+/// device at once, by their launch bounds: the fewest blocks per SM any
+/// of them promises, times the multiprocessors. No kernel need be loaded:
+/// ptxas keeps the promise (its registers), and the loader checks it.
+fn resident_by_bounds(ctx: &Arc<CudaContext>, args: Args) -> Result<usize> {
+    let sms =
+        ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
+    let per_sm = COLLECTIVE_ENTRIES
+        .iter()
+        .filter(|e| e.args == args)
+        .map(|e| e.min_blocks_per_sm as usize)
+        .min()
+        .unwrap_or(0);
+    Ok(per_sm * sms)
+}
+
 /// Blocks of `kernels`, launched `threads` wide, that fit on the device at
 /// once: the least occupancy of any of them, times the multiprocessors.
-/// The bench sizes its device-copy grid with it too.
+/// The bench sizes its device-copy grid with it.
 pub fn resident_blocks_of<'a>(
     ctx: &Arc<CudaContext>,
     kernels: impl Iterator<Item = &'a CudaFunction>,

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::gpu::Communicator;
 use cudarc::driver::{result, sys, CudaEvent, CudaSlice, CudaStream, DevicePtr};
 use ringreduce_kernels::abi::{Task, TaskKind, TASK_THREADS};
+use ringreduce_kernels::catalogue;
 use ringreduce_kernels::{Collective, Op};
 use std::sync::Arc;
 
@@ -177,12 +178,12 @@ impl GradBackend for Communicator {
     ) -> Result<()> {
         let inner = self.inner();
         inner.ranks[rank].ctx.bind_to_thread()?;
-        let f = &inner.kernels[rank].task;
+        let f = inner.kernels[rank].other(&catalogue::TASK)?;
         let mut params = [&mut task as *mut Task as *mut std::ffi::c_void];
         result::launch_kernel(
             f.cu_function(),
             (task_blocks(&task), 1, 1),
-            (TASK_THREADS, 1, 1),
+            (catalogue::TASK.threads, 1, 1),
             0,
             queue.cu_stream(),
             &mut params,

@@ -13,9 +13,6 @@ pub const LOCAL_THREADS: u32 = 256;
 /// loads in flight that one block of the collective entry could.
 pub const LOCAL_MIN_BLOCKS_PER_SM: u32 = 2;
 
-/// The prefix of every local entry's name (`ringreduce_local_<type>_<op>`).
-pub const LOCAL_ENTRY_PREFIX: &str = "ringreduce_local_";
-
 /// A local call, passed by value to its entry: every rank's buffers in
 /// user-rank order and the element space the grid cuts, 304 bytes instead
 /// of the collective entry's 2,576-byte [`Batch`].

@@ -1,12 +1,11 @@
 //! The kernel ABI, shared by host and kernel: the block size, the
 //! connection structs written once per communicator, the per-call work
-//! passed by value, the flag layout, the status record and the entry names.
+//! passed by value, the flag layout and the status record (the entries
+//! themselves are in [`crate::catalogue`]).
 //! Pointers are plain `u64` addresses so every struct has one layout on
 //! every target.
 
 use crate::device::Scope;
-use crate::element::DataType;
-use crate::op::Op;
 use crate::plan::{Geometry, Sizing};
 
 mod local;
@@ -77,6 +76,20 @@ impl Collective {
             0 => Some(Collective::ReduceScatter),
             1 => Some(Collective::AllGather),
             2 => Some(Collective::AllReduce),
+            _ => None,
+        }
+    }
+
+    /// [`Collective::from_u64`], if the collective is in `set` (a mask of
+    /// [`catalogue::bit`](crate::catalogue::bit)s). An entry passes its
+    /// constant set, so the compiler drops the code of every collective
+    /// outside it.
+    #[inline(always)]
+    pub fn from_u64_in(v: u64, set: u64) -> Option<Self> {
+        match v {
+            0 if set & 1 != 0 => Some(Collective::ReduceScatter),
+            1 if set & 2 != 0 => Some(Collective::AllGather),
+            2 if set & 4 != 0 => Some(Collective::AllReduce),
             _ => None,
         }
     }
@@ -518,110 +531,9 @@ impl StatusRecord {
     }
 }
 
-/// Calls `$m!` with the table of element types: the entry-name fragment,
-/// the Rust type and the [`DataType`] variant. The kernel entries and
-/// [`kernel_name`] are both generated from it, so they cannot disagree.
-#[macro_export]
-macro_rules! for_each_type {
-    ($m:ident) => {
-        $m! {
-            int8: i8 => I8;
-            uint8: u8 => U8;
-            int32: i32 => I32;
-            uint32: u32 => U32;
-            int64: i64 => I64;
-            uint64: u64 => U64;
-            half: half::f16 => F16;
-            bfloat16: half::bf16 => Bf16;
-            float: f32 => F32;
-            double: f64 => F64;
-        }
-    };
-}
-
-/// Calls `$m!` with one type row (as [`for_each_type`] gives it) and the
-/// table of operators: the entry-name fragment and the [`Op`] variant,
-/// which is also the name of its `ReduceOp` type.
-#[macro_export]
-macro_rules! for_each_op {
-    ($m:ident, $tn:ident, $t:ty, $dt:ident) => {
-        $m! { $tn, $t, $dt, sum: Sum }
-        $m! { $tn, $t, $dt, prod: Prod }
-        $m! { $tn, $t, $dt, max: Max }
-        $m! { $tn, $t, $dt, min: Min }
-        $m! { $tn, $t, $dt, avg: Avg }
-    };
-}
-
-/// The entry name of the kernel for (type, op): `ringreduce_<type>_<op>`.
-/// One kernel runs every collective; [`Work::collective`] says which.
-#[macro_export]
-macro_rules! entry_name {
-    ($tn:ident, $on:ident) => {
-        concat!("ringreduce_", stringify!($tn), "_", stringify!($on))
-    };
-}
-
-/// The entry name of the local kernel for (type, op):
-/// `ringreduce_local_<type>_<op>` (see [`LOCAL_ENTRY_PREFIX`]).
-#[macro_export]
-macro_rules! local_entry_name {
-    ($tn:ident, $on:ident) => {
-        concat!("ringreduce_local_", stringify!($tn), "_", stringify!($on))
-    };
-}
-
-/// The entry `$name!` names for type row `$tn` and the runtime `op`.
-macro_rules! op_entry {
-    ($name:ident, $tn:ident, $op:expr) => {
-        match $op {
-            Op::Sum => $name!($tn, sum),
-            Op::Prod => $name!($tn, prod),
-            Op::Max => $name!($tn, max),
-            Op::Min => $name!($tn, min),
-            Op::Avg => $name!($tn, avg),
-        }
-    };
-}
-
-macro_rules! name_rows {
-    ($($tn:ident: $t:ty => $dt:ident;)*) => {
-        /// The local kernel entry for (type, op).
-        pub fn local_kernel_name(dtype: DataType, op: Op) -> &'static str {
-            match dtype {
-                $(DataType::$dt => op_entry!(local_entry_name, $tn, op),)*
-            }
-        }
-
-        /// The kernel entry for (type, op).
-        pub fn kernel_name(dtype: DataType, op: Op) -> &'static str {
-            match dtype {
-                $(DataType::$dt => op_entry!(entry_name, $tn, op),)*
-            }
-        }
-    };
-}
-
-for_each_type!(name_rows);
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_follow_the_type_and_op_names() {
-        for d in DataType::ALL {
-            for o in Op::ALL {
-                let rest = kernel_name(d, o)
-                    .strip_prefix("ringreduce_")
-                    .and_then(|r| r.strip_prefix(d.name()))
-                    .and_then(|r| r.strip_prefix('_'));
-                assert_eq!(rest, Some(o.name()));
-                let local = local_kernel_name(d, o).strip_prefix(LOCAL_ENTRY_PREFIX);
-                assert_eq!(local, kernel_name(d, o).strip_prefix("ringreduce_"));
-            }
-        }
-    }
 
     #[test]
     fn collectives_round_trip() {
@@ -629,6 +541,12 @@ mod tests {
             assert_eq!(Collective::from_u64(c as u64), Some(c));
         }
         assert_eq!(Collective::from_u64(3), None);
+        for c in Collective::ALL {
+            let all = crate::catalogue::set_of(&Collective::ALL);
+            assert_eq!(Collective::from_u64_in(c as u64, all), Some(c));
+            let others = all & !crate::catalogue::bit(c);
+            assert_eq!(Collective::from_u64_in(c as u64, others), None);
+        }
         assert_eq!(Collective::from_u64(u64::MAX), None);
     }
 

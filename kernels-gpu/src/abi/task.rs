@@ -155,9 +155,6 @@ pub const SCAN_LANES: usize = 256;
 /// Threads per block of a task launch.
 pub const TASK_THREADS: u32 = 256;
 
-/// The task kernel's entry name.
-pub const TASK_ENTRY: &str = "ringreduce_task";
-
 /// Blocks of a task launch that must fit on one SM at once: its launch
 /// bounds, so ptxas keeps it within 128 registers. At 134 (one block per
 /// SM) the histogram, compaction and residual passes ran 1.3-1.8x slower

@@ -4,6 +4,9 @@
 
 use super::Prim;
 
+/// Every primitive [`prim`] returns.
+pub const PRIMS: [Prim; 3] = [Prim::CopySend, Prim::RecvCopySend, Prim::RecvCopy];
+
 pub fn steps(k: u64) -> u64 {
     k
 }

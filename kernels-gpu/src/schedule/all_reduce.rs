@@ -4,6 +4,15 @@
 
 use super::{all_gather, reduce_scatter, Prim};
 
+/// Every primitive [`prim`] returns.
+pub const PRIMS: [Prim; 5] = [
+    Prim::Send,
+    Prim::RecvReduceSend,
+    Prim::RecvReduceCopySend,
+    Prim::RecvCopySend,
+    Prim::RecvCopy,
+];
+
 pub fn steps(k: u64) -> u64 {
     2 * k - 1
 }

@@ -38,6 +38,18 @@ impl Prim {
         self as u64
     }
 
+    /// The primitive of [`Prim::index`] `i`, if it is in `set` (a mask of
+    /// indices, such as [`prims_of`] gives): with a constant `set`, the
+    /// producers' dispatch keeps only the primitives an entry can meet.
+    #[inline(always)]
+    pub fn from_index_in(i: u64, set: u64) -> Option<Prim> {
+        if i < 64 && set & (1 << i) != 0 {
+            Prim::from_index(i)
+        } else {
+            None
+        }
+    }
+
     /// The primitive of [`Prim::index`] `i`, if any.
     #[inline(always)]
     pub fn from_index(i: u64) -> Option<Prim> {
@@ -64,6 +76,32 @@ impl Prim {
     pub fn recvs(self) -> bool {
         !matches!(self, Prim::Send | Prim::CopySend)
     }
+}
+
+/// The primitives the collectives of `set` (a mask of
+/// [`catalogue::bit`](crate::catalogue::bit)s) use, as a mask of
+/// [`Prim::index`]es.
+pub const fn prims_of(set: u64) -> u64 {
+    const fn bits(ps: &[Prim]) -> u64 {
+        let mut m = 0;
+        let mut i = 0;
+        while i < ps.len() {
+            m |= 1 << ps[i] as u64;
+            i += 1;
+        }
+        m
+    }
+    let mut m = 0;
+    if set & (1 << Collective::ReduceScatter as u64) != 0 {
+        m |= bits(&reduce_scatter::PRIMS);
+    }
+    if set & (1 << Collective::AllGather as u64) != 0 {
+        m |= bits(&all_gather::PRIMS);
+    }
+    if set & (1 << Collective::AllReduce as u64) != 0 {
+        m |= bits(&all_reduce::PRIMS);
+    }
+    m
 }
 
 /// One collective on `k` ranks, as the engine runs it.
@@ -135,6 +173,26 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn every_step_uses_a_primitive_its_collective_lists() {
+        for c in Collective::ALL {
+            let set = prims_of(1 << c as u64);
+            for k in 2..12 {
+                let s = Schedule::new(c, k);
+                for t in 0..s.steps() {
+                    let p = s.prim(t);
+                    assert_eq!(Prim::from_index_in(p.index(), set), Some(p), "{c:?} k={k}");
+                }
+            }
+        }
+        assert_eq!(prims_of(0), 0);
+        assert_eq!(
+            Prim::from_index_in(Prim::Send.index(), prims_of(1 << 1)),
+            None
+        );
+        assert_eq!(Prim::from_index_in(64, u64::MAX), None);
     }
 
     #[test]

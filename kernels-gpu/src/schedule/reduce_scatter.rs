@@ -3,6 +3,9 @@
 
 use super::Prim;
 
+/// Every primitive [`prim`] returns.
+pub const PRIMS: [Prim; 3] = [Prim::Send, Prim::RecvReduceSend, Prim::RecvReduceCopy];
+
 pub fn steps(k: u64) -> u64 {
     k
 }
