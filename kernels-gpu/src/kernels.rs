@@ -28,9 +28,10 @@ macro_rules! row_entries {
             let Some((rank, channel)) = b.locate(block_idx()) else {
                 return;
             };
+            let w = $crate::param_batch!($crate::entry_name!(ring, $a, $b)).work(rank);
             $crate::entry::ring::<Block, $t, $crate::op::$op, GPU_THREADS, { $set }>(
                 &Block { channel },
-                &b.work(rank),
+                &w,
             );
         }
 
@@ -39,9 +40,10 @@ macro_rules! row_entries {
             let Some((rank, channel)) = b.locate(block_idx()) else {
                 return;
             };
+            let w = $crate::param_batch!($crate::entry_name!(direct, $a, $b)).work(rank);
             $crate::entry::direct::<Block, $t, $crate::op::$op, GPU_THREADS, { $set }>(
                 &Block { channel },
-                &b.work(rank),
+                &w,
             );
         }
 

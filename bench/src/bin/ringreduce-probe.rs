@@ -34,6 +34,21 @@ enum Probe {
         #[arg(long, default_value_t = 100_000)]
         iters: usize,
     },
+    /// A fresh process's first f32 sum all-reduce, then its first
+    /// all-reduce of every other type, and the kernel modules they
+    /// loaded. Run it with an empty `CUDA_CACHE_PATH` and
+    /// `CUDA_FORCE_PTX_JIT=1` to see the JIT's whole cost.
+    Cold {
+        /// Virtual ranks.
+        #[arg(short = 'g', long, default_value_t = 8)]
+        ranks: usize,
+        /// Elements per rank of each call.
+        #[arg(short = 'n', long, default_value_t = 1 << 20)]
+        elems: usize,
+        /// Writes the figures as JSON here.
+        #[arg(short = 'J', long)]
+        json: Option<std::path::PathBuf>,
+    },
 }
 
 fn main() {
@@ -44,6 +59,9 @@ fn main() {
             replays,
         } => ringreduce_bench::probe::kernel::run(ranks, reps, replays),
         Probe::Host { ranks, iters } => ringreduce_bench::probe::host::run(ranks, iters.max(1)),
+        Probe::Cold { ranks, elems, json } => {
+            ringreduce_bench::probe::cold::run(ranks, elems, json.as_deref())
+        }
     };
     if let Err(e) = r {
         eprintln!("ringreduce-probe: {e}");

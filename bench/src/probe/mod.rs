@@ -1,8 +1,10 @@
 //! Probes that split a small collective's time where the bench cannot:
 //! the local kernel's own GPU time per launch by shape (`kernel`), and the
-//! library's host time against the driver's (`host`). The suite runs both
-//! (`probes-k8`, `probes-k4`); the `ringreduce-probe` binary runs one.
+//! library's host time against the driver's (`host`); and a fresh
+//! process's first calls (`cold`). The suite runs them (`probes-k8`,
+//! `probes-k4`, `cold-start`); the `ringreduce-probe` binary runs one.
 
+pub mod cold;
 pub mod host;
 pub mod kernel;
 

@@ -342,12 +342,47 @@ impl crate::local::Ends for ParamEnds {
     }
 }
 
-/// The [`ParamEnds`] of the entry named `$entry` (a string literal), whose
-/// only parameter is its by-value `LocalArgs`: LLVM's NVPTX printer names
-/// an entry's parameters `<entry>_param_<i>`, and `mov` of a parameter's
-/// name gives its address in param space.
+/// A ring or direct entry's [`Batch`](crate::abi::Batch), read in place
+/// in param space at `base` (see [`param_batch!`](crate::param_batch)):
+/// one rank's [`Work`](crate::abi::Work) by a run-time index is twenty
+/// constant-bank loads, where `Batch::work`'s masked copy of all sixteen
+/// was about 900 instructions in every entry.
+#[derive(Clone, Copy)]
+pub struct ParamBatch {
+    pub base: u64,
+}
+
+impl ParamBatch {
+    /// Entry `i` of the batch's works; the caller keeps `i` below
+    /// [`BATCH_RANKS`](crate::abi::BATCH_RANKS) (`Batch::locate` does).
+    #[inline(always)]
+    pub fn work(self, i: usize) -> crate::abi::Work {
+        use crate::abi::{Batch, Work};
+        const WORDS: usize = core::mem::size_of::<Work>() / 8;
+        let at = self.base
+            + core::mem::offset_of!(Batch, works) as u64
+            + (i * core::mem::size_of::<Work>()) as u64;
+        let mut w = [0u64; WORDS];
+        for (j, x) in w.iter_mut().enumerate() {
+            let p = at + 8 * j as u64;
+            // SAFETY: `base` is the entry's argument and `i` one of its
+            // works; param space never changes while the kernel runs.
+            unsafe {
+                asm!("ld.param.u64 {v}, [{p}];", v = out(reg64) *x, p = in(reg64) p, options(pure, nomem, nostack))
+            };
+        }
+        // SAFETY: `Work` is `repr(C)` with only `u64` fields, `WORDS` of
+        // them; every bit pattern is a valid `Work`.
+        unsafe { core::mem::transmute::<[u64; WORDS], Work>(w) }
+    }
+}
+
+/// The param-space address of the only parameter of the entry named
+/// `$entry` (a string literal): LLVM's NVPTX printer names an entry's
+/// parameters `<entry>_param_<i>`, and `mov` of a parameter's name gives
+/// its address in param space.
 #[macro_export]
-macro_rules! param_ends {
+macro_rules! param_base {
     ($entry:expr) => {{
         let base: u64;
         // SAFETY: only names the entry's own parameter.
@@ -358,8 +393,30 @@ macro_rules! param_ends {
                 options(pure, nomem, nostack)
             )
         };
-        $crate::arch::nvptx::ParamEnds { base }
+        base
     }};
+}
+
+/// The [`ParamEnds`] of the entry named `$entry`, whose only parameter is
+/// its by-value `LocalArgs`.
+#[macro_export]
+macro_rules! param_ends {
+    ($entry:expr) => {
+        $crate::arch::nvptx::ParamEnds {
+            base: $crate::param_base!($entry),
+        }
+    };
+}
+
+/// The [`ParamBatch`] of the entry named `$entry`, whose only parameter is
+/// its by-value `Batch`.
+#[macro_export]
+macro_rules! param_batch {
+    ($entry:expr) => {
+        $crate::arch::nvptx::ParamBatch {
+            base: $crate::param_base!($entry),
+        }
+    };
 }
 
 /// `ld.v4.u32`: one 16-byte load.
