@@ -44,8 +44,9 @@ pub fn build_tools(root: &Path, target: &Path, profile: Profile) -> PathBuf {
 }
 
 /// The test binaries the suite runs, by target name.
-const SUITE_TESTS: [&str; 8] = [
+const SUITE_TESTS: [&str; 9] = [
     "gpu",
+    "gpu_loading",
     "gpu_faults",
     "gpu_grad",
     "grad",

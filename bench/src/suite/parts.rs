@@ -72,6 +72,8 @@ enum Job {
     },
     /// The small-call probes (`ringreduce-probe`) at `k` ranks.
     Probes(usize),
+    /// A fresh process's first calls with an empty JIT cache.
+    ColdStart,
     /// A bench sweep: common flags, then the GPU or the CPU sizes.
     Sweep {
         common: &'static str,
@@ -172,6 +174,13 @@ pub fn all() -> Vec<Part> {
             "-g 8 -d float -o sum --collective reduce-scatter -n 20 -w 2",
             &["1K", "4K", "32K"],
         ),
+        Part {
+            name: "cold-start",
+            about: "a fresh process's first f32 sum all-reduce at k = 8, then its first all-reduce of every other type, with an empty JIT cache and CUDA_FORCE_PTX_JIT=1 (JSON: each call, each module loaded and its bytes); skipped on the CPU execution",
+            est_s: (15, 1),
+            cap_s: 300,
+            job: Job::ColdStart,
+        },
         Part {
             name: "probes-k8",
             about: "the small-call probes, k = 8: the local kernel's own time per launch by shape from CUDA graph replays, beside hand-written entries; the library's host time per local all-reduce against the same kernel launched raw and an empty launch; skipped on the CPU execution",
@@ -477,6 +486,7 @@ impl Part {
                 super::profile::kernel_times(ctx, limit, self.name, common, &kernels, sizes)
             }
             Job::Probes(k) => super::probes::probes(ctx, limit, self.name, *k),
+            Job::ColdStart => super::probes::cold_start(ctx, limit, self.name),
             Job::Sweep { common, gpu, cpu } => {
                 self.sweep(ctx, limit, common, if ctx.cpu { cpu } else { gpu })
             }
@@ -501,8 +511,24 @@ impl Part {
         let mut ended = Vec::new();
         for r in runs {
             let mut c = Command::new(ctx.test_bin(r.bin));
-            c.args(r.args).envs(r.env.iter().map(|(k, v)| (k, v)));
+            c.args(r.args);
+            // A cold run's cache is a folder of the suite's, empty at start.
+            let mut caches = Vec::new();
+            for (k, v) in &r.env {
+                if *k == "CUDA_CACHE_PATH" {
+                    let dir = ctx.out.join(v);
+                    let _ = std::fs::remove_dir_all(&dir);
+                    let _ = std::fs::create_dir_all(&dir);
+                    c.env(k, &dir);
+                    caches.push(dir);
+                } else {
+                    c.env(k, v);
+                }
+            }
             let (e, took) = run_logged(c, &log, left);
+            for dir in caches {
+                let _ = std::fs::remove_dir_all(dir);
+            }
             left = left.saturating_sub(took);
             let stop = !matches!(e, Ended::Exited(_));
             ended.push(e);
@@ -601,8 +627,22 @@ fn tests_runs(cpu: bool) -> Vec<TestRun> {
             run("cpu_back_to_back", &["--nocapture", "--skip", "cpu_soak"]),
         ]
     } else {
-        vec![run("gpu", &["--nocapture", "--test-threads=4"])]
+        // Each from an empty JIT cache, PTX only: every module a test
+        // loads is compiled afresh, as on a new machine.
+        vec![
+            cold(run("gpu_loading", &["--nocapture"]), "gpu_loading"),
+            cold(run("gpu", &["--nocapture", "--test-threads=4"]), "gpu"),
+        ]
     }
+}
+
+/// `r` with a JIT cache of its own, emptied by the suite before the run
+/// (`jit-cache-<name>` in its folder), and the driver asked to compile PTX
+/// rather than load embedded SASS.
+fn cold(mut r: TestRun, name: &str) -> TestRun {
+    r.env.push(("CUDA_CACHE_PATH", format!("jit-cache-{name}")));
+    r.env.push(("CUDA_FORCE_PTX_JIT", "1".into()));
+    r
 }
 
 fn faults_runs(cpu: bool) -> Vec<TestRun> {

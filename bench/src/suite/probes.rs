@@ -97,3 +97,68 @@ mod tests {
         assert!(figure("", "").contains("library ?"));
     }
 }
+
+/// The first call from a cold start: `ringreduce-probe cold` at k = 8 in a
+/// fresh process whose JIT cache is a new empty folder, with
+/// `CUDA_FORCE_PTX_JIT=1` so that embedded SASS cannot hide the JIT. Its
+/// JSON (`cold-start.json`) holds every first call and module load.
+pub fn cold_start(ctx: &Ctx, limit: Duration, part: &str) -> (Status, String, Vec<String>) {
+    if ctx.cpu {
+        let why = "a cold start is the GPU driver's JIT; the CPU execution has none";
+        return (Status::Skipped, why.into(), vec![]);
+    }
+    let log = ctx.log(part);
+    let json = ctx.out.join(format!("{part}.json"));
+    let cache = ctx.out.join(format!("{part}-jit-cache"));
+    let _ = std::fs::remove_dir_all(&cache);
+    if let Err(e) = std::fs::create_dir_all(&cache) {
+        return (Status::Fail, format!("{}: {e}", cache.display()), vec![]);
+    }
+    let mut c = Command::new(ctx.bin_dir.join("ringreduce-probe"));
+    c.args(["cold", "-g", "8", "-J"])
+        .arg(&json)
+        .env("CUDA_CACHE_PATH", &cache)
+        .env("CUDA_FORCE_PTX_JIT", "1");
+    let (ended, _) = run_logged(c, &log, limit);
+    let _ = std::fs::remove_dir_all(&cache);
+    let logs = vec![format!("{part}.log"), format!("{part}.json")];
+    if !ended.success() {
+        return (
+            Status::Fail,
+            format!("ringreduce-probe cold failed ({ended:?})"),
+            logs,
+        );
+    }
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    (Status::Pass, cold_figure(&text), logs)
+}
+
+/// The cold start's figures from its log: when the first f32 sum
+/// all-reduce ended, when the last type's did, and the modules loaded.
+fn cold_figure(log: &str) -> String {
+    let at = |l: &str| {
+        l.split_once("done at ")
+            .and_then(|(_, r)| r.split_whitespace().next())
+            .map(str::to_string)
+    };
+    let firsts: Vec<&str> = log.lines().filter(|l| l.starts_with("first ")).collect();
+    let modules: Vec<usize> = log
+        .lines()
+        .filter(|l| l.starts_with("module "))
+        .filter_map(|l| {
+            l.split_once(": ")?
+                .1
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    format!(
+        "first f32 sum all-reduce (k = 8) at {} s from process start; all 10 types by {} s; {} modules loaded, largest {} bytes",
+        firsts.first().and_then(|l| at(l)).unwrap_or_else(|| "?".into()),
+        firsts.last().and_then(|l| at(l)).unwrap_or_else(|| "?".into()),
+        modules.len(),
+        modules.iter().max().copied().unwrap_or(0),
+    )
+}

@@ -76,6 +76,14 @@ pub struct ModuleLoad {
     pub image: KernelImage,
 }
 
+/// Whether `CUDA_FORCE_PTX_JIT=1` asks for the PTX: the driver applies it
+/// to the SASS of fat binaries only, not to a cubin the library loads
+/// itself, so the loader honours it here.
+fn force_ptx_jit() -> bool {
+    static F: OnceLock<bool> = OnceLock::new();
+    *F.get_or_init(|| std::env::var("CUDA_FORCE_PTX_JIT").is_ok_and(|v| v == "1"))
+}
+
 /// The index in [`MODULES`] of each catalogue entry's module, in the
 /// order of `catalogue::all()`.
 fn module_indices() -> &'static [usize] {
@@ -198,7 +206,7 @@ impl Kernels {
         }
         let (name, ptx) = MODULES[m];
         let start = Instant::now();
-        let sass = sass_for(self.cc, name);
+        let sass = sass_for(self.cc, name).filter(|_| !force_ptx_jit());
         let (module, image, bytes) =
             match sass.map(|bin| self.ctx.load_module(Ptx::from_binary(bin.to_vec()))) {
                 Some(Ok(module)) => (
