@@ -35,7 +35,7 @@ pub const SLICE_WORDS: usize = 6;
 const _: () = assert!(core::mem::size_of::<SliceWork>() == 8 * SLICE_WORDS);
 
 impl SliceWork {
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     pub fn to_words(self) -> [u64; SLICE_WORDS] {
         [
             self.prim,
@@ -47,7 +47,7 @@ impl SliceWork {
         ]
     }
 
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     pub fn from_words([prim, incoming, own, next, out, len]: [u64; SLICE_WORDS]) -> Self {
         SliceWork {
             prim,
@@ -189,7 +189,7 @@ pub unsafe trait Lanes {
     /// `p` must be valid and 16-byte aligned.
     /// This default (the CPU's) checks the alignment, which the GPU would
     /// fault on and x86 would not.
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     unsafe fn load_pack(&self, p: *const u8) -> [u32; 4] {
         assert!(
             (p as usize).is_multiple_of(16),
@@ -201,7 +201,7 @@ pub unsafe trait Lanes {
     ///
     /// # Safety
     /// `p` must be valid and 16-byte aligned.
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     unsafe fn store_pack(&self, p: *mut u8, v: [u32; 4]) {
         assert!(
             (p as usize).is_multiple_of(16),

@@ -55,7 +55,7 @@ impl Call<'_> {
     /// Where element `i` of user `u`'s input sits in `u`'s staging: at
     /// the input's own residue, so staged and user data stay congruent
     /// modulo a pack.
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     unsafe fn staged<T>(&self, u: u64, i: u64) -> *mut T {
         let g = &self.w.geometry;
         let residue = match (self.aligned, self.collective) {
@@ -71,7 +71,7 @@ impl Call<'_> {
 
     /// Where element `i` of user `u`'s reduced block sits in `u`'s result
     /// region (two-shot all-reduce).
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     unsafe fn result<T>(&self, u: u64, i: u64) -> *mut T {
         let g = &self.w.geometry;
         let residue = if self.aligned {
@@ -86,7 +86,7 @@ impl Call<'_> {
     /// Every user's ready word for this channel, as a closure over
     /// copies, so that the out-of-line wait that takes it does not force
     /// this call's state into local memory.
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     fn ready_words(&self) -> impl Fn(u64) -> u64 + Copy {
         let (peers, channel) = (self.peers, self.channel);
         // SAFETY: `peers` holds `k` entries (the planner's contract).
@@ -94,7 +94,7 @@ impl Call<'_> {
     }
 
     /// This channel's share of block `b`: (offset in the block, length).
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     fn part(&self, b: u64) -> (u64, u64) {
         let g = &self.w.geometry;
         g.channel_part(self.channel, g.block_len(b))
@@ -108,7 +108,7 @@ impl Call<'_> {
 /// # Safety
 /// `w` must come from the host planner: valid pointers, a staging half that
 /// holds the call, and peers running the same collective.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     d: &D,
     w: &Work,
@@ -198,7 +198,7 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
 }
 
 /// Copies this channel's share of the own input into the own staging.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 unsafe fn stage<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(d: &D, c: &Call, tid: u64) {
     let g = &c.w.geometry;
     let own = |i: u64| (c.w.send + i * c.sz) as *const T;
@@ -226,7 +226,7 @@ unsafe fn stage<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(d: &D, c
 
 /// Reduce-scatter and one-shot all-reduce: every output block this rank
 /// holds, folded from every peer's staging in user-rank order.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 unsafe fn reduce_staged<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     d: &D,
     c: &Call,
@@ -254,7 +254,7 @@ unsafe fn reduce_staged<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
 }
 
 /// All-gather: every peer's staged input into its block of the output.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 unsafe fn gather_staged<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     d: &D,
     c: &Call,
@@ -274,7 +274,7 @@ unsafe fn gather_staged<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
 
 /// Two-shot all-reduce, first shot: the own block, folded from every
 /// peer's staging, into the output and the own result region.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 unsafe fn reduce_own<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     d: &D,
     c: &Call,
@@ -293,7 +293,7 @@ unsafe fn reduce_own<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
 
 /// Two-shot all-reduce, second shot: every other block, from its owner's
 /// result region.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 unsafe fn gather_results<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     d: &D,
     c: &Call,
@@ -317,7 +317,7 @@ unsafe fn gather_results<D: Device, T: Element, O: ReduceOp, const THREADS: u64>
 /// The fault-injection hook: from phase `fault_step` on (`fault_chunk`
 /// set), this rank never raises its ready word, as a rank whose signals
 /// are lost would.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 fn drop_ready(w: &Work, phase: u64) -> bool {
     #[cfg(feature = "fault-injection")]
     {

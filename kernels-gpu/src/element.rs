@@ -83,13 +83,13 @@ impl DataType {
 pub struct Pack<T, const N: usize>(pub [T; N]);
 
 impl<T, const N: usize> AsRef<[T]> for Pack<T, N> {
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     fn as_ref(&self) -> &[T] {
         &self.0
     }
 }
 impl<T, const N: usize> AsMut<[T]> for Pack<T, N> {
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     fn as_mut(&mut self) -> &mut [T] {
         &mut self.0
     }
@@ -114,15 +114,15 @@ macro_rules! int_element {
         impl Element for $t {
             const DTYPE: DataType = DataType::$dt;
             type Pack = Pack<$t, $lanes>;
-            #[inline(always)]
+            #[cfg_attr(target_arch = "nvptx64", inline(always))]
             fn red_sum(self, o: Self) -> Self {
                 self.wrapping_add(o)
             }
-            #[inline(always)]
+            #[cfg_attr(target_arch = "nvptx64", inline(always))]
             fn red_prod(self, o: Self) -> Self {
                 self.wrapping_mul(o)
             }
-            #[inline(always)]
+            #[cfg_attr(target_arch = "nvptx64", inline(always))]
             fn red_max(self, o: Self) -> Self {
                 if o > self {
                     o
@@ -130,7 +130,7 @@ macro_rules! int_element {
                     self
                 }
             }
-            #[inline(always)]
+            #[cfg_attr(target_arch = "nvptx64", inline(always))]
             fn red_min(self, o: Self) -> Self {
                 if o < self {
                     o
@@ -138,7 +138,7 @@ macro_rules! int_element {
                     self
                 }
             }
-            #[inline(always)]
+            #[cfg_attr(target_arch = "nvptx64", inline(always))]
             fn div_ranks(self, k: u32) -> Self {
                 // k >= 1 always; `max(1)` keeps the division total.
                 ((self as $wide) / (Ord::max(k, 1) as $wide)) as $t
@@ -160,7 +160,7 @@ int_element!(u64, U64, 2, u64);
 
 /// NaN-ignoring max with `-0 < +0`, written once for every float type so
 /// that host and GPU agree to the bit.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 fn float_max<F: Copy + PartialOrd>(a: F, b: F, a_nan: bool, b_nan: bool, a_neg: bool) -> F {
     if a_nan {
         b
@@ -173,7 +173,7 @@ fn float_max<F: Copy + PartialOrd>(a: F, b: F, a_nan: bool, b_nan: bool, a_neg: 
     }
 }
 
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 fn float_min<F: Copy + PartialOrd>(a: F, b: F, a_nan: bool, b_nan: bool, a_neg: bool) -> F {
     if a_nan {
         b
@@ -191,23 +191,23 @@ macro_rules! float_element {
         impl Element for $t {
             const DTYPE: DataType = DataType::$dt;
             type Pack = Pack<$t, $lanes>;
-            #[inline(always)]
+            #[cfg_attr(target_arch = "nvptx64", inline(always))]
             fn red_sum(self, o: Self) -> Self {
                 self + o
             }
-            #[inline(always)]
+            #[cfg_attr(target_arch = "nvptx64", inline(always))]
             fn red_prod(self, o: Self) -> Self {
                 self * o
             }
-            #[inline(always)]
+            #[cfg_attr(target_arch = "nvptx64", inline(always))]
             fn red_max(self, o: Self) -> Self {
                 float_max(self, o, self.is_nan(), o.is_nan(), self.is_sign_negative())
             }
-            #[inline(always)]
+            #[cfg_attr(target_arch = "nvptx64", inline(always))]
             fn red_min(self, o: Self) -> Self {
                 float_min(self, o, self.is_nan(), o.is_nan(), self.is_sign_negative())
             }
-            #[inline(always)]
+            #[cfg_attr(target_arch = "nvptx64", inline(always))]
             fn div_ranks(self, k: u32) -> Self {
                 self / (Ord::max(k, 1) as $t)
             }
@@ -219,7 +219,7 @@ float_element!(f32, F32, 4);
 float_element!(f64, F64, 2);
 
 /// Rounds an `f32` to `bf16` bits, to nearest even; NaNs stay NaN (quiet).
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 pub fn f32_to_bf16_bits(x: f32) -> u16 {
     let b = x.to_bits();
     if x.is_nan() {
@@ -229,7 +229,7 @@ pub fn f32_to_bf16_bits(x: f32) -> u16 {
     (b.wrapping_add(round) >> 16) as u16
 }
 
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 pub fn bf16_bits_to_f32(b: u16) -> f32 {
     f32::from_bits((b as u32) << 16)
 }
@@ -239,15 +239,15 @@ macro_rules! half_element {
         impl Element for $t {
             const DTYPE: DataType = DataType::$dt;
             type Pack = Pack<$t, 8>;
-            #[inline(always)]
+            #[cfg_attr(target_arch = "nvptx64", inline(always))]
             fn red_sum(self, o: Self) -> Self {
                 <$t>::from_bits($from($to(self.to_bits()) + $to(o.to_bits())))
             }
-            #[inline(always)]
+            #[cfg_attr(target_arch = "nvptx64", inline(always))]
             fn red_prod(self, o: Self) -> Self {
                 <$t>::from_bits($from($to(self.to_bits()) * $to(o.to_bits())))
             }
-            #[inline(always)]
+            #[cfg_attr(target_arch = "nvptx64", inline(always))]
             fn red_max(self, o: Self) -> Self {
                 let (a, b) = ($to(self.to_bits()), $to(o.to_bits()));
                 if float_max(a, b, a.is_nan(), b.is_nan(), a.is_sign_negative()).to_bits()
@@ -258,7 +258,7 @@ macro_rules! half_element {
                     o
                 }
             }
-            #[inline(always)]
+            #[cfg_attr(target_arch = "nvptx64", inline(always))]
             fn red_min(self, o: Self) -> Self {
                 let (a, b) = ($to(self.to_bits()), $to(o.to_bits()));
                 if float_min(a, b, a.is_nan(), b.is_nan(), a.is_sign_negative()).to_bits()
@@ -269,7 +269,7 @@ macro_rules! half_element {
                     o
                 }
             }
-            #[inline(always)]
+            #[cfg_attr(target_arch = "nvptx64", inline(always))]
             fn div_ranks(self, k: u32) -> Self {
                 <$t>::from_bits($from($to(self.to_bits()) / (Ord::max(k, 1) as f32)))
             }

@@ -81,7 +81,7 @@ struct SliceAt {
 /// # Safety
 /// `w` must come from the host planner: valid pointers, a sizing that fits
 /// the staging buffers, and peers running the same collective.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 pub unsafe fn run<
     D: Device + Handoff,
     T: Element,
@@ -133,7 +133,7 @@ pub unsafe fn run<
 
 impl Channel<'_> {
     /// How many slices [`for_each_slice`] visits.
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     fn slices(&self) -> u64 {
         self.chunks.num_chunks * self.sched.steps() * NUM_SUBCHUNKS
     }
@@ -141,7 +141,7 @@ impl Channel<'_> {
 
 /// Calls `f` for every slice of the call, in order, with its send and
 /// receive numbers.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 fn for_each_slice(ch: &Channel, mut f: impl FnMut(SliceAt)) {
     let (mut sent, mut received) = (ch.base, ch.base);
     for chunk in 0..ch.chunks.num_chunks {
@@ -166,7 +166,7 @@ fn for_each_slice(ch: &Channel, mut f: impl FnMut(SliceAt)) {
 /// addresses (elements of `sz` bytes) and waits for its flags, and after
 /// releasing it waits for the producers to finish slice `i - 1` and
 /// publishes that. So it runs a slice ahead of the producers.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 unsafe fn control_lane<D: Device + Handoff>(d: &D, ch: &Channel, sz: u64) {
     let ufr = core::slice::from_raw_parts(ch.rank.user_from_ring as *const u32, ch.rank.k as usize);
     let aligned = ch.work.aligned != 0;
@@ -218,7 +218,7 @@ struct Seen {
 
 /// The control lane's waits before moving a slice: the slot it fills must
 /// be free, and the slot it reads must be full.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 unsafe fn wait_for_slice<D: Device>(d: &D, ch: &Channel, s: SliceAt, seen: &mut Seen) -> bool {
     let ctx = WaitCtx::of(&ch.rank, &ch.chan, ch.index);
     let wait = |flag: u64, kind, want: u64, cached: &mut u64| {
@@ -271,7 +271,7 @@ unsafe fn wait_for_slice<D: Device>(d: &D, ch: &Channel, s: SliceAt, seen: &mut 
 /// gave up the control lane publishes nothing more, not even the slice just
 /// moved: the ranks downstream then all time out together instead of one
 /// after another.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 unsafe fn publish<D: Device>(d: &D, ch: &Channel, s: SliceAt) {
     let tail = match s.send {
         Some(j) if !drop_signal(ch.work, s.chunk, s.step) => (ch.chan.next_tail, j + 1),
@@ -288,7 +288,7 @@ unsafe fn publish<D: Device>(d: &D, ch: &Channel, s: SliceAt) {
 /// reporting each done. A released slice is skipped when the control lane
 /// has given up. Only the loop counter and the lane's constants stay live
 /// across a slice, so the transfer has the registers to itself.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 unsafe fn producer_lane<
     D: Device + Handoff,
     T: Element,
@@ -334,7 +334,7 @@ struct StepAt {
 }
 
 impl StepAt {
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     fn of(ch: &Channel, s: SliceAt, ufr: &[u32], aligned: bool, sz: u64) -> Self {
         let g = &ch.work.geometry;
         let block = block_for_step(ufr, ch.rank.ring_pos, ch.sched.ring_step(s.step));
@@ -353,7 +353,7 @@ impl StepAt {
 
     /// The work of slice `s` of this step (elements of `sz` bytes); the
     /// next slice starts after it.
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     fn next_slice(&mut self, ch: &Channel, s: SliceAt, sz: u64) -> SliceWork {
         let (w, g) = (ch.work, &ch.work.geometry);
         // A select, not an index: a run-time index puts the array in local
@@ -383,7 +383,7 @@ impl StepAt {
 /// its successor about new data, as a rank whose signals are lost for good
 /// would. (A single lost increment of a monotonic counter is healed by the
 /// next one, so only a lasting loss can stall the ring.)
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 fn drop_signal(w: &Work, c: u64, step: u64) -> bool {
     #[cfg(feature = "fault-injection")]
     {

@@ -17,7 +17,7 @@ use crate::{direct, engine};
 ///
 /// # Safety
 /// As for [`engine::run`].
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 pub unsafe fn ring<
     D: Device + Handoff,
     T: Element,
@@ -38,7 +38,7 @@ pub unsafe fn ring<
 ///
 /// # Safety
 /// As for [`direct::run`].
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 pub unsafe fn direct<D: Device, T: Element, O: ReduceOp, const THREADS: u64, const SET: u64>(
     d: &D,
     w: &Work,

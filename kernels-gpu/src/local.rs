@@ -50,12 +50,12 @@ pub trait Ends {
 
 /// The argument itself, where indexing costs nothing (the CPU execution).
 impl Ends for LocalArgs {
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     fn send(&self, u: u64) -> u64 {
         self.send[u as usize]
     }
 
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     fn recv(&self, u: u64) -> u64 {
         self.recv[u as usize]
     }
@@ -70,7 +70,7 @@ impl Ends for LocalArgs {
 /// `a` must come from the host planner with every rank of the collective,
 /// in user-rank order, `ends` must read `a`'s addresses, and the launch
 /// must be ordered as the module says.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64, const SET: u64>(
     d: &D,
     a: &LocalArgs,

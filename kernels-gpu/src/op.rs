@@ -52,11 +52,11 @@ impl Op {
 /// per (type, op).
 pub trait ReduceOp: Copy + Send + Sync + 'static {
     const OP: Op;
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     fn apply<T: Element>(a: T, b: T) -> T {
         Self::OP.apply(a, b)
     }
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     fn finish<T: Element>(x: T, k: u32) -> T {
         Self::OP.finish(x, k)
     }

@@ -22,7 +22,7 @@ pub struct Slot<T> {
 
 impl<T> Slot<T> {
     /// The addresses the control lane released a slice with.
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     pub fn of(w: SliceWork) -> Self {
         Slot {
             incoming: w.incoming as *const T,
@@ -52,7 +52,7 @@ macro_rules! primitive {
         /// # Safety
         /// The slot's pointers that this primitive uses must be valid for
         /// `n` elements.
-        #[inline(always)]
+        #[cfg_attr(target_arch = "nvptx64", inline(always))]
         pub unsafe fn $name<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
             d: &D,
             l: LaneCtx,
@@ -101,7 +101,7 @@ primitive!(
 ///
 /// # Safety
 /// As for each primitive.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     p: Prim,
     d: &D,

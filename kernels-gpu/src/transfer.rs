@@ -13,7 +13,7 @@ pub const COPY: u8 = 0;
 pub const REDUCE: u8 = 1;
 pub const FINAL: u8 = 2;
 
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 fn combine<T: Element, O: ReduceOp, const MODE: u8>(incoming: T, own: T, k: u32) -> T {
     match MODE {
         COPY => own,
@@ -24,7 +24,7 @@ fn combine<T: Element, O: ReduceOp, const MODE: u8>(incoming: T, own: T, k: u32)
 
 /// Combines two packs lane by lane. Packs travel as `[u32; 4]` (what one
 /// vector access moves) and are reinterpreted as lanes of `T` in registers.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 fn combine_pack<T: Element, O: ReduceOp, const MODE: u8>(
     incoming: [u32; 4],
     own: [u32; 4],
@@ -91,7 +91,7 @@ const _: () = assert!(UNROLL == 8, "unroll8! expands exactly UNROLL slots");
 
 /// Elements of `n` that go one by one before `dst` reaches a pack
 /// boundary: all of them off the wide path.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 fn scalar_head<T>(dst: *mut T, n: u64, aligned: bool) -> u64 {
     if !aligned {
         return n;
@@ -122,7 +122,7 @@ fn scalar_head<T>(dst: *mut T, n: u64, aligned: bool) -> u64 {
 /// a destination may equal `own` (in place) but must not otherwise overlap
 /// the sources.
 #[allow(clippy::too_many_arguments)]
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 pub unsafe fn transfer<
     D: Device,
     T: Element,
@@ -200,7 +200,7 @@ pub unsafe fn transfer<
 
 /// Elements `from..to`, one per lane per iteration, `UNROLL` at a time.
 #[allow(clippy::too_many_arguments)]
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 unsafe fn scalar<T: Element, O: ReduceOp, const THREADS: u64, const MODE: u8, const DST2: bool>(
     tid: u64,
     dst: *mut T,
@@ -244,7 +244,7 @@ unsafe fn scalar<T: Element, O: ReduceOp, const THREADS: u64, const MODE: u8, co
 }
 
 /// `op`'s last step over a pack, lane by lane (`Avg`'s division).
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 fn finish_pack<T: Element, O: ReduceOp>(v: [u32; 4], k: u32) -> [u32; 4] {
     // SAFETY: `T::Pack` is 16 bytes of plain data, like `[u32; 4]`.
     let mut o: T::Pack = unsafe { core::mem::transmute_copy(&v) };
@@ -261,7 +261,7 @@ fn finish_pack<T: Element, O: ReduceOp>(v: [u32; 4], k: u32) -> [u32; 4] {
 /// another would pay each peer's latency in turn. Absent slots of a batch
 /// load a present source again and are not folded; one source is a copy.
 /// `n` must be at least 1.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 fn fold_batched<V: Copy>(n: u64, load: impl Fn(u64) -> V, apply: impl Fn(V, V) -> V) -> V {
     if n == 1 {
         return load(0);
@@ -302,7 +302,7 @@ fn fold_batched<V: Copy>(n: u64, load: impl Fn(u64) -> V, apply: impl Fn(V, V) -
 /// loads every source of an element before it stores it) but must not
 /// otherwise overlap one; `sources >= 1` and `dests >= 1`.
 #[allow(clippy::too_many_arguments)]
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 pub unsafe fn fold<D: Device, T: Element, O: ReduceOp, const FINISH: bool>(
     d: &D,
     (lane, lanes): (u64, u64),

@@ -9,9 +9,15 @@ use std::process::{exit, Command};
 /// How a bundle is built.
 #[derive(Clone, Copy, PartialEq)]
 pub enum Profile {
-    /// Release binaries: the bench without test features, the tests with
-    /// fault injection. What GPU evidence is gathered with.
+    /// Release binaries with embedded SASS (see `tools::with_sass`): the
+    /// bench without test features, the tests with fault injection. What
+    /// GPU evidence is gathered with. Built in a target folder of its own
+    /// ([`sass_target`]), so that its SASS request never makes `example` or
+    /// `bench` rebuild the library, nor they it.
     Release,
+    /// Release binaries without SASS, in the usual target folder: what
+    /// `example` and `bench` run, one build for both.
+    Plain,
     /// The debug profile with every workspace feature: CI's test build, so
     /// a CPU suite right after `cargo test` rebuilds nothing.
     Dev,
@@ -20,23 +26,39 @@ pub enum Profile {
 impl Profile {
     fn dir(self) -> &'static str {
         match self {
-            Profile::Release => "release",
+            Profile::Release | Profile::Plain => "release",
             Profile::Dev => "debug",
+        }
+    }
+
+    /// The target folder its builds use.
+    pub fn target(self, root: &Path) -> PathBuf {
+        match self {
+            Profile::Release => sass_target(root),
+            Profile::Plain | Profile::Dev => target_dir(root),
         }
     }
 }
 
-/// Builds the bench crate's binaries into `target` and returns their folder.
-pub fn build_tools(root: &Path, target: &Path, profile: Profile) -> PathBuf {
+/// The target folder of builds with SASS (bundles, `sass`).
+pub fn sass_target(root: &Path) -> PathBuf {
+    target_dir(root).join("sass")
+}
+
+/// Builds the bench crate's binaries for `profile` and returns their
+/// folder.
+pub fn build_tools(root: &Path, profile: Profile) -> PathBuf {
+    let target = profile.target(root);
     let mut c = Command::new(cargo());
     c.current_dir(root)
-        .env("CARGO_TARGET_DIR", target)
+        .env("CARGO_TARGET_DIR", &target)
         .args(["build"]);
     match profile {
         Profile::Release => {
             with_sass(&mut c, root);
             c.args(["--release", "-p", "ringreduce-bench"])
         }
+        Profile::Plain => c.args(["--release", "-p", "ringreduce-bench"]),
         Profile::Dev => c.args(["--workspace", "--all-features"]),
     };
     check(c.arg("--bins"));
@@ -60,22 +82,26 @@ const SUITE_TESTS: [&str; 9] = [
 /// suite runs, read from cargo's JSON messages.
 fn build_tests(root: &Path, profile: Profile) -> Vec<(String, PathBuf)> {
     let mut c = Command::new(cargo());
-    c.current_dir(root).args([
-        "test",
-        "--no-run",
-        "--message-format=json-render-diagnostics",
-    ]);
+    c.current_dir(root)
+        .env("CARGO_TARGET_DIR", profile.target(root))
+        .args([
+            "test",
+            "--no-run",
+            "--message-format=json-render-diagnostics",
+        ]);
+    let release = [
+        "--release",
+        "-p",
+        "ringreduce-tests",
+        "--features",
+        "fault-injection",
+    ];
     match profile {
         Profile::Release => {
             with_sass(&mut c, root);
-            c.args([
-                "--release",
-                "-p",
-                "ringreduce-tests",
-                "--features",
-                "fault-injection",
-            ])
+            c.args(release)
         }
+        Profile::Plain => c.args(release),
         Profile::Dev => c.args(["--workspace", "--all-features"]),
     };
     let out = c
@@ -111,7 +137,7 @@ fn build_tests(root: &Path, profile: Profile) -> Vec<(String, PathBuf)> {
 }
 
 fn bundle(root: &Path, dir: &Path, profile: Profile) {
-    let bins = build_tools(root, &target_dir(root), profile);
+    let bins = build_tools(root, profile);
     let tests = build_tests(root, profile);
     std::fs::create_dir_all(dir.join("tests"))
         .unwrap_or_else(|e| fail(format!("{}: {e}", dir.display())));

@@ -9,7 +9,7 @@ mod tools;
 mod util;
 
 use std::process::{exit, Command};
-use util::{cargo, exec, target_dir, workspace_root};
+use util::{cargo, exec, workspace_root};
 
 const HELP: &str = "\
 cargo xtask <command> [options]
@@ -17,8 +17,8 @@ cargo xtask <command> [options]
 Commands:
   example                 the three collectives through the Collectives trait: on
                           the GPU if one is present, then on the CPU execution
-  bench [FLAGS]           build the bench (release) and run it; nccl-tests flags,
-                          see `cargo xtask bench --help`
+  bench [FLAGS]           build the bench (release, the build `example` uses) and
+                          run it; nccl-tests flags, see `cargo xtask bench --help`
   bundle [--dev] [--variant REV|WORKTREE [--name NAME]] DIR
                           copy what a GPU host without Rust needs into DIR:
                           ringreduce-bench, gpu-suite, ringreduce-compare and the
@@ -27,7 +27,8 @@ Commands:
                           DIR/var/NAME/ (for compare). --dev: the debug profile
                           and every feature, as CI's test build. Release bundles
                           embed sm_90 SASS (RINGREDUCE_SASS overrides, `none`
-                          for none) with ptxas 13.0 from NVIDIA's PyPI wheel
+                          for none) with ptxas 13.0 from NVIDIA's PyPI wheel,
+                          built in target/sass so that other builds keep theirs
   gpu-suite [ARGS]        bundle into target/bundle, then run its gpu-suite: all
                           GPU evidence (tests, faults, sanitizers, soaks, bench
                           sweeps) into one dated folder with a summary. --cpu runs
@@ -64,22 +65,11 @@ fn main() {
             "--example",
             "collectives",
         ])),
-        "bench" if args.iter().any(|a| a == "--help" || a == "-h") => exec(
-            // Help needs no release build.
-            Command::new(cargo())
-                .current_dir(&root)
-                .args([
-                    "run",
-                    "-p",
-                    "ringreduce-bench",
-                    "--bin",
-                    "ringreduce-bench",
-                    "--",
-                ])
-                .args(args),
-        ),
+        // The release build `example` makes too (no SASS: a module's JIT
+        // is about a second), so neither rebuilds the library for the
+        // other, and `--help` builds nothing else.
         "bench" => {
-            let bins = bundle::build_tools(&root, &target_dir(&root), bundle::Profile::Release);
+            let bins = bundle::build_tools(&root, bundle::Profile::Plain);
             exec(Command::new(bins.join("ringreduce-bench")).args(args))
         }
         "bundle" => bundle::cmd_bundle(&root, args),

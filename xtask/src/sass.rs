@@ -1,6 +1,7 @@
 //! `sass`: register counts and SASS of the embedded PTX, with NVIDIA's
 //! ptxas and cuobjdump (`tools`), no GPU needed.
 
+use crate::bundle::sass_target;
 use crate::tools::{cuda_tools, with_sass};
 use crate::util::{cargo, check, fail, target_dir};
 use ringreduce_kernels::catalogue;
@@ -31,13 +32,15 @@ pub fn cmd_sass(root: &Path, args: Vec<String>) {
     let bin = cuda_tools(root);
     let tools = target_dir(root).join("cuda-tools");
     // With the bundle's SASS request, so the two share one release build.
+    let target = sass_target(root);
     let mut build = Command::new(cargo());
     build
         .current_dir(root)
+        .env("CARGO_TARGET_DIR", &target)
         .args(["build", "--release", "-p", "ringreduce"]);
     with_sass(&mut build, root);
     check(&mut build);
-    let modules = newest_modules(&target_dir(root).join("release").join("build"))
+    let modules = newest_modules(&target.join("release").join("build"))
         .unwrap_or_else(|| fail("no kernel modules under target/release/build"));
     println!("sass: {} for {arch}", modules.display());
     for e in entries {

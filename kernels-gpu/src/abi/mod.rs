@@ -84,7 +84,7 @@ impl Collective {
     /// [`catalogue::bit`](crate::catalogue::bit)s). An entry passes its
     /// constant set, so the compiler drops the code of every collective
     /// outside it.
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     pub fn from_u64_in(v: u64, set: u64) -> Option<Self> {
         match v {
             0 if set & 1 != 0 => Some(Collective::ReduceScatter),
@@ -265,7 +265,7 @@ pub struct RankInfo {
 
 impl RankInfo {
     /// The scope of this rank's flag signals and acquires.
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     pub fn scope(&self) -> Scope {
         if self.system_scope != 0 {
             Scope::Sys
@@ -392,7 +392,7 @@ impl Batch {
 
     /// The (entry of `works`, channel) block `block` runs, or `None` past
     /// the grid.
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     pub fn locate(&self, block: u64) -> Option<(usize, u64)> {
         if self.channels == 0 || block >= self.blocks() || self.ranks > BATCH_RANKS as u64 {
             return None;
@@ -404,7 +404,7 @@ impl Batch {
     /// constant offsets and masks only: a dynamic index into a by-value
     /// kernel parameter makes the compiler copy the whole batch to local
     /// memory in every thread.
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     pub fn work(&self, i: usize) -> Work {
         let mut out = [0u64; WORK_WORDS];
         // Spelled out per entry: a loop over the entries is not unrolled.

@@ -12,7 +12,7 @@ use crate::abi::{magnitude, tile_range, SelectState, Task, PAD_INDEX, SCAN_LANES
 use crate::device::Lanes;
 
 /// Tiles `lane, lane + lanes, …` of the task.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 fn for_each_tile<L: Lanes>(g: &L, t: &Task, mut f: impl FnMut(u64, u64, u64)) {
     let mut tile = g.lane();
     while tile < t.tiles {

@@ -45,7 +45,7 @@ pub unsafe fn run_phase<L: Lanes>(g: &L, t: &Task, phase: u32) {
 
 /// `f(i)` for `i` in `0..n`, lane by lane with the launch's stride (so a
 /// GPU warp touches consecutive elements).
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 pub(crate) fn for_each_index<L: Lanes>(g: &L, n: u64, mut f: impl FnMut(u64)) {
     let stride = g.lanes();
     let mut i = g.lane();
@@ -58,7 +58,7 @@ pub(crate) fn for_each_index<L: Lanes>(g: &L, n: u64, mut f: impl FnMut(u64)) {
 /// `f(Some(i))` for `i` in `0..n` as [`for_each_index`] does, but every
 /// lane runs the same number of rounds (`f(None)` past the end), so that
 /// the lanes of a GPU warp stay together for a warp-wide step.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 pub(crate) fn for_each_index_uniform<L: Lanes>(g: &L, n: u64, mut f: impl FnMut(Option<u64>)) {
     let stride = g.lanes();
     let rounds = n.div_ceil(stride);
@@ -84,7 +84,7 @@ pub(crate) struct HalfQuad(pub [u16; 4]);
 /// `0, 4, …` below `n & !3`, spread over the lanes, then `one(i)` for the
 /// tail; otherwise `one(i)` for every `i`. Wide accesses keep enough bytes
 /// in flight per thread for HBM; the result is the same either way.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 pub(crate) fn for_each_quad<L: Lanes>(
     g: &L,
     n: u64,
@@ -106,7 +106,7 @@ pub(crate) fn for_each_quad<L: Lanes>(
 /// a store to a pointer that could alias it, so one item at a time would
 /// leave a lane one load in flight. The batched copy and [`map_quads`]
 /// both run on it.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 pub(crate) fn four_at_a_time<V: Copy>(
     first: u64,
     stride: u64,
@@ -134,7 +134,7 @@ pub(crate) fn four_at_a_time<V: Copy>(
 /// `load(i) -> V` and `store(i, V)` so that each lane loads its next four
 /// quads (a launch's stride apart) before it stores any of them
 /// ([`four_at_a_time`]); the results are the same.
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 pub(crate) fn map_quads<L: Lanes, V: Copy>(
     g: &L,
     n: u64,
@@ -162,7 +162,7 @@ pub(crate) fn map_quads<L: Lanes, V: Copy>(
 
 /// Whether each of `addrs` is a multiple of its alignment `(addr, align)`
 /// (a null address counts as aligned: the array is unused).
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 pub(crate) fn all_aligned(addrs: &[(u64, u64)]) -> bool {
     addrs.iter().all(|&(a, al)| a.is_multiple_of(al))
 }

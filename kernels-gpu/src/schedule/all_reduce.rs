@@ -17,7 +17,7 @@ pub fn steps(k: u64) -> u64 {
     2 * k - 1
 }
 
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 pub fn prim(k: u64, step: u64) -> Prim {
     if step + 1 < k {
         reduce_scatter::prim(k, step)

@@ -33,7 +33,7 @@ pub enum Prim {
 
 impl Prim {
     /// The primitive as a word of [`SliceWork`](crate::device::SliceWork).
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     pub fn index(self) -> u64 {
         self as u64
     }
@@ -41,7 +41,7 @@ impl Prim {
     /// The primitive of [`Prim::index`] `i`, if it is in `set` (a mask of
     /// indices, such as [`prims_of`] gives): with a constant `set`, the
     /// producers' dispatch keeps only the primitives an entry can meet.
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     pub fn from_index_in(i: u64, set: u64) -> Option<Prim> {
         if i < 64 && set & (1 << i) != 0 {
             Prim::from_index(i)
@@ -51,7 +51,7 @@ impl Prim {
     }
 
     /// The primitive of [`Prim::index`] `i`, if any.
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     pub fn from_index(i: u64) -> Option<Prim> {
         Some(match i {
             0 => Prim::Send,
@@ -66,13 +66,13 @@ impl Prim {
     }
 
     /// Whether the step fills a slot of the successor's staging.
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     pub fn sends(self) -> bool {
         !matches!(self, Prim::RecvReduceCopy | Prim::RecvCopy)
     }
 
     /// Whether the step consumes a slot of our staging.
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     pub fn recvs(self) -> bool {
         !matches!(self, Prim::Send | Prim::CopySend)
     }
@@ -117,7 +117,7 @@ impl Schedule {
     }
 
     /// Steps per chunk.
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     pub fn steps(&self) -> u64 {
         match self.collective {
             Collective::ReduceScatter => reduce_scatter::steps(self.k),
@@ -127,7 +127,7 @@ impl Schedule {
     }
 
     /// The primitive of step `step`.
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     pub fn prim(&self, step: u64) -> Prim {
         match self.collective {
             Collective::ReduceScatter => reduce_scatter::prim(self.k, step),
@@ -140,7 +140,7 @@ impl Schedule {
     /// step `s` at ring position `p` moves block `ring[(p - 1 - s) mod k]`
     /// ([`crate::ring::block_for_step`]); a reduce-scatter is its first `k`
     /// steps and an all-gather its last `k`.
-    #[inline(always)]
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
     pub fn ring_step(&self, step: u64) -> u64 {
         match self.collective {
             Collective::AllGather => step + self.k - 1,

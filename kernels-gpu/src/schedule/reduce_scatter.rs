@@ -10,7 +10,7 @@ pub fn steps(k: u64) -> u64 {
     k
 }
 
-#[inline(always)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
 pub fn prim(k: u64, step: u64) -> Prim {
     if step == 0 {
         Prim::Send
