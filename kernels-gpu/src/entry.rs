@@ -46,10 +46,7 @@ pub unsafe fn direct<D: Device, T: Element, O: ReduceOp, const THREADS: u64, con
     let Some(c) = Collective::from_u64_in(w.collective, SET) else {
         return;
     };
-    match Algorithm::from_u64(w.algorithm) {
-        Some(a @ (Algorithm::OneShot | Algorithm::TwoShot)) => {
-            direct::run::<D, T, O, THREADS>(d, w, c, a)
-        }
-        _ => {}
+    if let Some(a @ (Algorithm::OneShot | Algorithm::TwoShot)) = Algorithm::from_u64(w.algorithm) {
+        direct::run::<D, T, O, THREADS>(d, w, c, a)
     }
 }

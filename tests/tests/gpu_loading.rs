@@ -104,10 +104,10 @@ fn gpu_every_entry_loads_within_its_bounds(dev: usize) {
     let ctx = ringreduce::gpu::open_device(dev).expect("device");
     let kernels = Kernels::of(&ctx).expect("kernels");
     let t = std::time::Instant::now();
-    for i in 0..COLLECTIVE_ENTRIES.len() {
+    for (i, e) in COLLECTIVE_ENTRIES.iter().enumerate() {
         kernels
             .collective(i)
-            .unwrap_or_else(|e| panic!("{}: {e}", COLLECTIVE_ENTRIES[i].name));
+            .unwrap_or_else(|err| panic!("{}: {err}", e.name));
     }
     for e in &OTHER_ENTRIES {
         kernels

@@ -69,35 +69,6 @@ fn figure(kernel: &str, host: &str) -> String {
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::figure;
-
-    #[test]
-    fn reads_both_probes_logs() {
-        let kernel = "k = 8: 1000 launches per graph, best of 5 replays, us per launch
-  empty (no ranks)               0.791
-  AR 2 f32, library's grid       2.359
-  AR 2 f32, one block            2.343
-";
-        let host = "k = 8, Local all-reduce of 2 f32, 8 blocks; per call:
-  round 0: library 6.403 us host, 6.403 us between events
-  round 1: library 5.934 us host, 5.934 us between events
-  round 0: library shifted 6.812 us host, 6.812 us between events
-  round 0: raw 3.699 us host, 3.737 us between events
-  round 0: raw aligned 3.365 us host, 3.400 us between events
-  round 1: raw aligned 3.360 us host, 3.400 us between events
-  round 0: empty 2.701 us host, 2.701 us between events
-  round 1: empty 2.638 us host, 2.638 us between events
-";
-        assert_eq!(
-            figure(kernel, host),
-            "kernel replayed 2.36 us per launch (empty 0.79 us); per call: library 5.93 us (6.81 us shifted), raw 3.36 us, scalar 3.70 us, empty 2.64 us"
-        );
-        assert!(figure("", "").contains("library ?"));
-    }
-}
-
 /// The first call from a cold start: `ringreduce-probe cold` at k = 8 in a
 /// fresh process whose JIT cache is a new empty folder, with
 /// `CUDA_FORCE_PTX_JIT=1` so that embedded SASS cannot hide the JIT. Its
@@ -161,4 +132,46 @@ fn cold_figure(log: &str) -> String {
         modules.len(),
         modules.iter().max().copied().unwrap_or(0),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{cold_figure, figure};
+
+    #[test]
+    fn reads_both_probes_logs() {
+        let kernel = "k = 8: 1000 launches per graph, best of 5 replays, us per launch
+  empty (no ranks)               0.791
+  AR 2 f32, library's grid       2.359
+  AR 2 f32, one block            2.343
+";
+        let host = "k = 8, Local all-reduce of 2 f32, 8 blocks; per call:
+  round 0: library 6.403 us host, 6.403 us between events
+  round 1: library 5.934 us host, 5.934 us between events
+  round 0: library shifted 6.812 us host, 6.812 us between events
+  round 0: raw 3.699 us host, 3.737 us between events
+  round 0: raw aligned 3.365 us host, 3.400 us between events
+  round 1: raw aligned 3.360 us host, 3.400 us between events
+  round 0: empty 2.701 us host, 2.701 us between events
+  round 1: empty 2.638 us host, 2.638 us between events
+";
+        assert_eq!(
+            figure(kernel, host),
+            "kernel replayed 2.36 us per launch (empty 0.79 us); per call: library 5.93 us (6.81 us shifted), raw 3.36 us, scalar 3.70 us, empty 2.64 us"
+        );
+        assert!(figure("", "").contains("library ?"));
+    }
+
+    #[test]
+    fn the_cold_figure_reads_the_probes_lines() {
+        let log = "to main 0.012 s; communicator of 8 ranks at 0.400 s\n\
+            first float sum all-reduce: done at 0.912 s, took 0.500 s\n\
+            first int8 sum all-reduce: done at 1.300 s, took 0.380 s\n\
+            module ringreduce_local_float_sum: 46096 bytes, loaded in 0.300 s from PTX (driver JIT)\n\
+            module ringreduce_local_uint8_sum: 52000 bytes, loaded in 0.310 s from PTX (driver JIT)\n";
+        let f = cold_figure(log);
+        assert!(f.contains("at 0.912 s"), "{f}");
+        assert!(f.contains("by 1.300 s"), "{f}");
+        assert!(f.contains("2 modules loaded, largest 52000 bytes"), "{f}");
+    }
 }

@@ -19,9 +19,12 @@ use std::time::{Duration, Instant};
 /// `ringreduce-kernels`: one per catalogue module.
 pub const MODULES: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/modules.rs"));
 
+/// One GPU's embedded SASS: a cubin per module, by module name.
+pub type SassModules = &'static [(&'static str, &'static [u8])];
+
 /// SASS built with the library for the GPUs named in `RINGREDUCE_SASS` at
 /// build time (none by default): (compute capability, a cubin per module).
-pub const SASS: &[(u32, &[(&str, &[u8])])] = include!(concat!(env!("OUT_DIR"), "/sass.rs"));
+pub const SASS: &[(u32, SassModules)] = include!(concat!(env!("OUT_DIR"), "/sass.rs"));
 
 /// The PTX of module `name`.
 pub fn ptx_of(name: &str) -> Option<&'static str> {
