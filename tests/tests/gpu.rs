@@ -321,15 +321,27 @@ fn graph_replay_with(dev: usize, cfg: CommConfig) {
 /// Where SASS for this GPU is embedded (the bundle builds it for sm_90),
 /// the kernels load from it, not from the PTX: a refused image would cost
 /// every process the driver's JIT again. Prints what loaded and how long
-/// the first communicator took (the module load, if no test was first).
+/// the first communicator and its first call took (a communicator loads
+/// nothing; its first call loads the module it runs, if no test was
+/// first).
 fn gpu_kernel_image(dev: usize) {
     let t = std::time::Instant::now();
     let comm = gpu_comm(dev, 2, CommConfig::default()).expect("communicator");
     let took = t.elapsed();
+    let case = matrix(Collective::AllReduce, 2, &[1024], 1)
+        .into_iter()
+        .next()
+        .expect("a case");
+    let t = std::time::Instant::now();
+    let o = run_case(&*comm, &case).expect("the first call");
+    assert_eq!(o.wrong, 0);
+    let call = t.elapsed();
     let (major, minor) = comm.context(0).compute_capability().expect("capability");
     let cc = (major * 10 + minor) as u32;
-    let image = kernel_image(comm.devices()[0]).expect("loaded");
-    println!("kernels on sm_{cc}: {image}, first communicator in {took:.2?}");
+    let image = kernel_image(comm.devices()[0]).expect("a call loaded a module");
+    println!(
+        "kernels on sm_{cc}: {image}, first communicator in {took:.2?}, its first call in {call:.2?}"
+    );
     let forced = std::env::var("CUDA_FORCE_PTX_JIT").is_ok_and(|v| v == "1");
     if has_sass(cc) && !forced {
         assert_eq!(image, KernelImage::Sass(cc));
