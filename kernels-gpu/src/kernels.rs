@@ -18,34 +18,32 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
     trap()
 }
 
+/// An entry of kind `$kind` (`ring` or `direct`, also the name of its
+/// function in [`crate::entry`]) over a [`Batch`]: each block runs one
+/// channel of one rank's work, read in place from param space.
+macro_rules! batch_entry {
+    ($kind:ident, $a:ident, $b:ident, $t:ty, $op:ident, $set:expr) => {
+        #[export_name = $crate::entry_name!($kind, $a, $b)]
+        pub unsafe extern "ptx-kernel" fn $kind(b: Batch) {
+            let Some((rank, channel)) = b.locate(block_idx()) else {
+                return;
+            };
+            let w = $crate::param_batch!($crate::entry_name!($kind, $a, $b)).work(rank);
+            $crate::entry::$kind::<Block, $t, $crate::op::$op, GPU_THREADS, { $set }>(
+                &Block { channel },
+                &w,
+            );
+        }
+    };
+}
+
 /// The three entries of one catalogue row (`$a`, `$b` as in
 /// [`entry_name!`](crate::entry_name)): ring, direct and local, for the
 /// collectives of `$set`.
 macro_rules! row_entries {
     ($a:ident, $b:ident, $t:ty, $op:ident, $set:expr) => {
-        #[export_name = $crate::entry_name!(ring, $a, $b)]
-        pub unsafe extern "ptx-kernel" fn ring(b: Batch) {
-            let Some((rank, channel)) = b.locate(block_idx()) else {
-                return;
-            };
-            let w = $crate::param_batch!($crate::entry_name!(ring, $a, $b)).work(rank);
-            $crate::entry::ring::<Block, $t, $crate::op::$op, GPU_THREADS, { $set }>(
-                &Block { channel },
-                &w,
-            );
-        }
-
-        #[export_name = $crate::entry_name!(direct, $a, $b)]
-        pub unsafe extern "ptx-kernel" fn direct(b: Batch) {
-            let Some((rank, channel)) = b.locate(block_idx()) else {
-                return;
-            };
-            let w = $crate::param_batch!($crate::entry_name!(direct, $a, $b)).work(rank);
-            $crate::entry::direct::<Block, $t, $crate::op::$op, GPU_THREADS, { $set }>(
-                &Block { channel },
-                &w,
-            );
-        }
+        batch_entry!(ring, $a, $b, $t, $op, $set);
+        batch_entry!(direct, $a, $b, $t, $op, $set);
 
         #[export_name = $crate::entry_name!(local, $a, $b)]
         pub unsafe extern "ptx-kernel" fn local(a: LocalArgs) {
