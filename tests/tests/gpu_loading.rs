@@ -127,11 +127,35 @@ fn gpu_every_entry_loads_within_its_bounds(dev: usize) {
     );
 }
 
-/// The three in order, as one test: each needs what the one before left
+/// `load_kernels` loads the ring, direct and local kernels of a call, and
+/// the call then loads nothing more.
+fn gpu_load_kernels_before_a_call(dev: usize) {
+    let before = loaded(dev).len();
+    let comm = Communicator::new(dev, 2).expect("communicator");
+    comm.load_kernels(Collective::AllReduce, DataType::U64, Op::Min)
+        .expect("load");
+    let now = loaded(dev);
+    let want: HashSet<&str> = ringreduce::Algorithm::ALL
+        .iter()
+        .map(|&a| collective_entry(a, Collective::AllReduce, DataType::U64, Op::Min).module)
+        .collect();
+    assert_eq!(now[before..].iter().copied().collect::<HashSet<_>>(), want);
+    all_reduce_checked(&comm, 1000, Op::Max, 5u64);
+    let after_max = loaded(dev).len();
+    assert_eq!(
+        after_max,
+        now.len() + 1,
+        "the max call loads its own kernel"
+    );
+    println!("load_kernels loaded {want:?}");
+}
+
+/// The four in order, as one test: each needs what the one before left
 /// loaded, and the harness may run tests on several threads.
 fn gpu_loading(dev: usize) {
     gpu_loads_on_demand(dev);
     gpu_concurrent_first_calls_load_once(dev);
+    gpu_load_kernels_before_a_call(dev);
     gpu_every_entry_loads_within_its_bounds(dev);
 }
 

@@ -13,6 +13,7 @@ use crate::ring::RingOrder;
 use cudarc::driver::{CudaContext, CudaStream};
 use cudarc::driver::{DevicePtr, DevicePtrMut};
 use ringreduce_kernels::abi::{Collective, GPU_THREADS};
+use ringreduce_kernels::catalogue::{self, Kind};
 use ringreduce_kernels::{DataType, Op, StatusRecord};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -168,6 +169,23 @@ impl Communicator {
     pub fn channels_for<T: crate::RsElement>(&self, c: Collective, n: usize) -> Result<usize> {
         let size = std::mem::size_of::<T>() as u64;
         Ok(self.inner.state.channels_for(c, n as u64, size)? as usize)
+    }
+
+    /// Loads, on every device of the communicator, the kernels a call of
+    /// `c` on `dtype` with `op` can run (ring, direct and local), so that
+    /// no later call of that kind loads one. A call loads its own kernel the
+    /// first time anyway; this is for a call that must not, such as one
+    /// captured into a CUDA graph, where the driver may refuse a module
+    /// load.
+    pub fn load_kernels(&self, c: Collective, dtype: DataType, op: Op) -> Result<()> {
+        for kind in Kind::COLLECTIVE {
+            let entry = catalogue::collective_index(kind, c, dtype, op)
+                .ok_or_else(|| Error::Broken(format!("internal: no {kind:?} entry")))?;
+            for k in &self.inner.kernels {
+                k.collective(entry)?;
+            }
+        }
+        Ok(())
     }
 
     /// Channels each rank has; a call uses at most this many.
