@@ -112,10 +112,10 @@ mod tests {
     fn reads_ncu_csv_rows_in_base_units() {
         let log = "==PROF== Connected\n\
             \"ID\",\"Kernel Name\",\"Metric Name\",\"Metric Unit\",\"Metric Value\"\n\
-            \"0\",\"ringreduce_float_sum\",\"gpu__time_duration.sum\",\"ns\",\"7,168\"\n\
+            \"0\",\"ringreduce_local_float_sum\",\"gpu__time_duration.sum\",\"ns\",\"7,168\"\n\
             # a bench line\n\
-            \"1\",\"ringreduce_float_sum\",\"gpu__time_duration.sum\",\"ns\",\"6912\"\n\
-            \"2\",\"ringreduce_float_sum\",\"gpu__time_duration.sum\",\"ns\",\"9000\"\n";
+            \"1\",\"ringreduce_local_float_sum\",\"gpu__time_duration.sum\",\"ns\",\"6912\"\n\
+            \"2\",\"ringreduce_local_float_sum\",\"gpu__time_duration.sum\",\"ns\",\"9000\"\n";
         let d = durations_ns(log);
         assert_eq!(d, vec![7168.0, 6912.0, 9000.0]);
         assert_eq!(median(&d), Some(7168.0));
