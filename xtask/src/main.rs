@@ -57,14 +57,32 @@ fn main() {
     let cmd = args.remove(0);
     match cmd.as_str() {
         "help" | "--help" | "-h" => print!("{HELP}"),
-        "example" => exec(Command::new(cargo()).current_dir(&root).args([
-            "run",
-            "--release",
-            "-p",
-            "ringreduce",
-            "--example",
-            "collectives",
-        ])),
+        "example" => {
+            // Built first, with a line on the terminal every few seconds:
+            // the library's release build is a minute of one crate, during
+            // which cargo's bar does not move.
+            let mut build = Command::new(cargo());
+            build.current_dir(&root).args([
+                "build",
+                "--release",
+                "-p",
+                "ringreduce",
+                "--example",
+                "collectives",
+            ]);
+            ringreduce_build::Progress::to_terminal()
+                .step("building the library and the example (release)", || {
+                    util::check(&mut build)
+                });
+            exec(Command::new(cargo()).current_dir(&root).args([
+                "run",
+                "--release",
+                "-p",
+                "ringreduce",
+                "--example",
+                "collectives",
+            ]))
+        }
         // The release build `example` makes too (no SASS: a module's JIT
         // is about a second), so neither rebuilds the library for the
         // other, and `--help` builds nothing else.
