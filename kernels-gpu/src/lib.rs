@@ -18,6 +18,10 @@
 #![no_std]
 #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, asm_experimental_arch))]
 
+// The CPU execution (`cpu`) runs on OS threads.
+#[cfg(feature = "cpu")]
+extern crate std;
+
 /// Where this crate's source is: the host build script builds the kernels
 /// from here, in the workspace and from a registry alike.
 pub const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
@@ -25,6 +29,8 @@ pub const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
 pub mod abi;
 pub mod arch;
 pub mod catalogue;
+#[cfg(feature = "cpu")]
+pub mod cpu;
 pub mod device;
 pub mod direct;
 pub mod element;

@@ -1,8 +1,6 @@
 //! The CPU communicator: the same ring engine, run by OS threads.
 
 use super::buffer::{HostMem, HostView, UseGuard};
-use super::dispatch::{run_local, run_rank};
-use super::lane::{BlockSync, Lane, Trap, Trapped};
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
@@ -15,6 +13,7 @@ use ringreduce_kernels::abi::{
     MAX_CHANNELS,
 };
 use ringreduce_kernels::catalogue::{self, Kind};
+use ringreduce_kernels::cpu::{run_local, run_rank, BlockSync, Lane, Trap, Trapped};
 use ringreduce_kernels::plan::DEFAULT_BUFFER_BYTES;
 use ringreduce_kernels::{Op, StatusRecord};
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -2,8 +2,6 @@
 
 mod buffer;
 mod comm;
-mod dispatch;
-mod lane;
 mod tasks;
 
 pub use buffer::{HostBuffer, HostView};

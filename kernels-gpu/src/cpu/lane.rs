@@ -3,10 +3,13 @@
 //! producer lane has its own release barrier per parity, as each GPU warp
 //! polls the release count on its own.
 
-use ringreduce_kernels::{Device, Handoff, Scope, SliceWork, RELEASE_SLOTS, SLICE_WORDS};
+use crate::{Device, Handoff, Scope, SliceWork, RELEASE_SLOTS, SLICE_WORDS};
+use std::boxed::Box;
+use std::string::String;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
+use std::vec::Vec;
 
 /// A communicator's trap. A lane that panics ends every grid of the
 /// communicator, as a trap ends a GPU's launch: the lanes waiting at a

@@ -1,5 +1,5 @@
 //! The CPU execution's kernel table: the code of every collective entry of
-//! the kernel catalogue (`ringreduce_kernels::catalogue`), generated from
+//! the kernel catalogue (`crate::catalogue`), generated from
 //! its rows, so that the CPU runs what the GPU would for every call, the
 //! equivalence classes included.
 //!
@@ -9,9 +9,9 @@
 //! compiled once, here, and the callers link to it.
 
 use super::lane::Lane;
-use ringreduce_kernels::abi::{LocalArgs, Work, CPU_THREADS};
-use ringreduce_kernels::catalogue::{COLLECTIVE_ENTRIES, GATHERING, REDUCING};
-use ringreduce_kernels::{entry, local};
+use crate::abi::{LocalArgs, Work, CPU_THREADS};
+use crate::catalogue::{COLLECTIVE_ENTRIES, GATHERING, REDUCING};
+use crate::{entry, local};
 
 /// One entry's code on the CPU.
 #[derive(Clone, Copy)]
@@ -27,21 +27,17 @@ macro_rules! row_code {
     ($t:ty, $op:ident, $set:expr) => {
         #[inline(never)]
         pub(in crate::cpu) unsafe fn ring(lane: &Lane<'_>, w: &Work) {
-            entry::ring::<Lane<'_>, $t, ringreduce_kernels::op::$op, CPU_THREADS, { $set }>(lane, w)
+            entry::ring::<Lane<'_>, $t, crate::op::$op, CPU_THREADS, { $set }>(lane, w)
         }
 
         #[inline(never)]
         pub(in crate::cpu) unsafe fn direct(lane: &Lane<'_>, w: &Work) {
-            entry::direct::<Lane<'_>, $t, ringreduce_kernels::op::$op, CPU_THREADS, { $set }>(
-                lane, w,
-            )
+            entry::direct::<Lane<'_>, $t, crate::op::$op, CPU_THREADS, { $set }>(lane, w)
         }
 
         #[inline(never)]
         pub(in crate::cpu) unsafe fn local(lane: &Lane<'_>, b: &LocalArgs, block: u64) {
-            local::run::<Lane<'_>, $t, ringreduce_kernels::op::$op, CPU_THREADS, { $set }>(
-                lane, b, b, block,
-            )
+            local::run::<Lane<'_>, $t, crate::op::$op, CPU_THREADS, { $set }>(lane, b, b, block)
         }
     };
 }
@@ -74,20 +70,20 @@ macro_rules! cpu_table {
         /// its name (checked against the catalogue by a test).
         const TABLE: &[(&str, CpuKernel)] = &[
             $($(
-                (ringreduce_kernels::entry_name!(ring, $tn, $on), CpuKernel::Rank($tn::$on::ring)),
-                (ringreduce_kernels::entry_name!(direct, $tn, $on), CpuKernel::Rank($tn::$on::direct)),
-                (ringreduce_kernels::entry_name!(local, $tn, $on), CpuKernel::Local($tn::$on::local)),
+                (crate::entry_name!(ring, $tn, $on), CpuKernel::Rank($tn::$on::ring)),
+                (crate::entry_name!(direct, $tn, $on), CpuKernel::Rank($tn::$on::direct)),
+                (crate::entry_name!(local, $tn, $on), CpuKernel::Local($tn::$on::local)),
             )*)*
             $(
-                (ringreduce_kernels::entry_name!(ring, gather, $gn), CpuKernel::Rank(gather::$gn::ring)),
-                (ringreduce_kernels::entry_name!(direct, gather, $gn), CpuKernel::Rank(gather::$gn::direct)),
-                (ringreduce_kernels::entry_name!(local, gather, $gn), CpuKernel::Local(gather::$gn::local)),
+                (crate::entry_name!(ring, gather, $gn), CpuKernel::Rank(gather::$gn::ring)),
+                (crate::entry_name!(direct, gather, $gn), CpuKernel::Rank(gather::$gn::direct)),
+                (crate::entry_name!(local, gather, $gn), CpuKernel::Local(gather::$gn::local)),
             )*
         ];
     };
 }
 
-ringreduce_kernels::for_each_collective_row!(cpu_table);
+crate::for_each_collective_row!(cpu_table);
 
 const _: () = assert!(TABLE.len() == COLLECTIVE_ENTRIES.len());
 
@@ -97,7 +93,7 @@ const _: () = assert!(TABLE.len() == COLLECTIVE_ENTRIES.len());
 /// # Safety
 /// As for [`entry::ring`] and [`entry::direct`], with `entry` one that
 /// serves `w`'s collective, algorithm and type.
-pub(super) unsafe fn run_rank(entry: usize, lane: &Lane<'_>, w: &Work) {
+pub unsafe fn run_rank(entry: usize, lane: &Lane<'_>, w: &Work) {
     match TABLE[entry].1 {
         CpuKernel::Rank(f) => f(lane, w),
         CpuKernel::Local(_) => unreachable!("a local entry for a rank's work"),
@@ -110,7 +106,7 @@ pub(super) unsafe fn run_rank(entry: usize, lane: &Lane<'_>, w: &Work) {
 /// # Safety
 /// As for [`local::run`], with `entry` one that serves `b`'s collective
 /// and type.
-pub(super) unsafe fn run_local(entry: usize, lane: &Lane<'_>, b: &LocalArgs, block: u64) {
+pub unsafe fn run_local(entry: usize, lane: &Lane<'_>, b: &LocalArgs, block: u64) {
     match TABLE[entry].1 {
         CpuKernel::Local(f) => f(lane, b, block),
         CpuKernel::Rank(_) => unreachable!("a rank's entry for a local grid"),
@@ -121,10 +117,12 @@ pub(super) unsafe fn run_local(entry: usize, lane: &Lane<'_>, b: &LocalArgs, blo
 mod tests {
     use super::super::lane::{BlockSync, Lane, Trap};
     use super::*;
-    use ringreduce_kernels::abi::BATCH_RANKS;
-    use ringreduce_kernels::catalogue::{collective_index, Kind};
-    use ringreduce_kernels::{Collective, DataType, Op};
+    use crate::abi::BATCH_RANKS;
+    use crate::catalogue::{collective_index, Kind};
+    use crate::{Collective, DataType, Op};
     use std::time::Instant;
+    use std::vec;
+    use std::vec::Vec;
 
     #[test]
     fn the_table_is_the_catalogue() {
