@@ -104,12 +104,18 @@ fn module_indices() -> &'static [usize] {
 }
 
 /// The position of `e`, one of [`OTHER_ENTRIES`], in `catalogue::all()`.
-fn other_index(e: &Entry) -> usize {
+fn other_index(e: &Entry) -> Result<usize> {
     let i = OTHER_ENTRIES
         .iter()
         .position(|o| o.name == e.name)
-        .expect("one of the catalogue's other entries");
-    COLLECTIVE_ENTRIES.len() + i
+        .ok_or_else(|| {
+            Error::Driver(format!(
+                "{} is not one of the catalogue's other entries (a collective entry is \
+                 loaded by its index)",
+                e.name
+            ))
+        })?;
+    Ok(COLLECTIVE_ENTRIES.len() + i)
 }
 
 /// The kernels of one device: every catalogue entry, each loaded the first
@@ -159,13 +165,19 @@ impl Kernels {
     /// `catalogue::collective_index`), loaded if it was not.
     #[inline]
     pub fn collective(&self, index: usize) -> Result<&CudaFunction> {
+        if index >= COLLECTIVE_ENTRIES.len() {
+            return Err(Error::Driver(format!(
+                "no collective entry {index} (the catalogue has {})",
+                COLLECTIVE_ENTRIES.len()
+            )));
+        }
         self.function(index)
     }
 
     /// `e`, one of the catalogue's other entries (the task, the ceilings),
     /// loaded if it was not.
     pub fn other(&self, e: &Entry) -> Result<&CudaFunction> {
-        self.function(other_index(e))
+        self.function(other_index(e)?)
     }
 
     /// The function at position `i` of `catalogue::all()`.
@@ -280,5 +292,28 @@ pub fn check_target(device: usize, cc: u32, target: Option<u32>) -> Result<()> {
     match target {
         Some(ptx) if cc < ptx => Err(Error::GpuTooOld { device, cc, ptx }),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The task and the ceilings follow the collective entries in
+    /// `catalogue::all()`; a collective entry asked for as one of them is
+    /// a typed error, not a panic.
+    #[test]
+    fn other_entries_follow_the_collective_ones() {
+        for (i, e) in OTHER_ENTRIES.iter().enumerate() {
+            let at = other_index(e).expect("an other entry");
+            assert_eq!(at, COLLECTIVE_ENTRIES.len() + i);
+            assert_eq!(catalogue::all().nth(at).map(|x| x.name), Some(e.name));
+        }
+        assert!(matches!(
+            other_index(&COLLECTIVE_ENTRIES[0]),
+            Err(Error::Driver(_))
+        ));
+        // Every entry's module is one of the built ones.
+        assert_eq!(module_indices().len(), catalogue::all().count());
     }
 }
