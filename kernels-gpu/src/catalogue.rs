@@ -81,7 +81,7 @@ pub struct Entry {
     /// Its PTX name.
     pub name: &'static str,
     pub kind: Kind,
-    /// The collectives it runs, a [`set_of`] mask (0: none).
+    /// The collectives it runs, a mask of [`Collective::bit`]s ([`set_of`]; 0: none).
     pub collectives: u64,
     /// The type it folds: a reducing entry's (the class's canonical type).
     pub dtype: Option<DataType>,
@@ -100,17 +100,12 @@ pub struct Entry {
     pub module: &'static str,
 }
 
-/// The bit of `c` in a set of collectives.
-pub const fn bit(c: Collective) -> u64 {
-    1 << c as u64
-}
-
 /// The set of `cs`.
 pub const fn set_of(cs: &[Collective]) -> u64 {
     let mut s = 0;
     let mut i = 0;
     while i < cs.len() {
-        s |= bit(cs[i]);
+        s |= cs[i].bit();
         i += 1;
     }
     s
@@ -160,7 +155,7 @@ macro_rules! entry_name {
 /// - `gather`: the name fragment of an element size, and a Rust type of that
 ///   size (all-gather copies bits, so any type of the size serves).
 ///
-/// The kernels, the CPU execution's table and [`ENTRIES`] are generated
+/// The kernels, the CPU execution's table and [`COLLECTIVE_ENTRIES`] are generated
 /// from it, in this order, so they cannot disagree.
 #[macro_export]
 macro_rules! for_each_collective_row {
@@ -308,7 +303,7 @@ pub fn by_name(name: &str) -> Option<&'static Entry> {
 
 /// Whether entry `e` runs collective `c` on `dtype` with `op`.
 const fn serves(e: &Entry, kind: Kind, c: Collective, dtype: DataType, op: Op) -> bool {
-    if e.kind as u8 != kind as u8 || e.collectives & bit(c) == 0 {
+    if e.kind as u8 != kind as u8 || e.collectives & c.bit() == 0 {
         return false;
     }
     match (e.dtype, e.op) {
@@ -418,7 +413,7 @@ mod tests {
                     for o in Op::ALL {
                         let e = collective_entry(a, c, d, o);
                         assert_eq!(e.kind, Kind::of(a));
-                        assert!(e.collectives & bit(c) != 0, "{}", e.name);
+                        assert!(e.collectives & c.bit() != 0, "{}", e.name);
                         assert_eq!(e.elem_bytes, d.size(), "{}", e.name);
                         if c == Collective::AllGather {
                             assert_eq!((e.dtype, e.op), (None, None), "{}", e.name);

@@ -74,7 +74,7 @@ struct SliceAt {
 }
 
 /// Runs one rank's part of a collective of `SET` (a mask of
-/// [`catalogue::bit`](crate::catalogue::bit)s; others do nothing): this
+/// [`Collective::bit`](crate::abi::Collective::bit)s; others do nothing): this
 /// block runs channel `d.channel()`. Every lane of every block of the rank
 /// calls it with the same `w`.
 ///

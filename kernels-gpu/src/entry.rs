@@ -2,7 +2,7 @@
 //! names, if the entry runs it.
 //!
 //! Each entry is compiled for one algorithm family and one set of
-//! collectives (`SET`, a mask of [`catalogue::bit`](crate::catalogue::bit)s,
+//! collectives (`SET`, a mask of [`Collective::bit`](crate::abi::Collective::bit)s,
 //! see [`crate::catalogue`]): a work outside them does nothing, and the code
 //! for them is not in the entry at all.
 

@@ -64,7 +64,7 @@ impl Ends for LocalArgs {
 /// Runs block `block` of a local collective's grid of `a.blocks` blocks,
 /// `THREADS` lanes each; lanes past them have nothing to do, and so has a
 /// collective outside `SET` (a mask of
-/// [`catalogue::bit`](crate::catalogue::bit)s).
+/// [`Collective::bit`](crate::abi::Collective::bit)s).
 ///
 /// # Safety
 /// `a` must come from the host planner with every rank of the collective,

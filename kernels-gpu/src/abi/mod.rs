@@ -80,16 +80,21 @@ impl Collective {
         }
     }
 
+    /// The collective's bit in a set of collectives (a mask, such as an
+    /// entry's compile-time set, see `crate::catalogue`).
+    pub const fn bit(self) -> u64 {
+        1 << self as u64
+    }
+
     /// [`Collective::from_u64`], if the collective is in `set` (a mask of
-    /// [`catalogue::bit`](crate::catalogue::bit)s). An entry passes its
-    /// constant set, so the compiler drops the code of every collective
-    /// outside it.
+    /// [`Collective::bit`]s). An entry passes its constant set, so the
+    /// compiler drops the code of every collective outside it.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
     pub fn from_u64_in(v: u64, set: u64) -> Option<Self> {
         match v {
-            0 if set & 1 != 0 => Some(Collective::ReduceScatter),
-            1 if set & 2 != 0 => Some(Collective::AllGather),
-            2 if set & 4 != 0 => Some(Collective::AllReduce),
+            0 if set & Collective::ReduceScatter.bit() != 0 => Some(Collective::ReduceScatter),
+            1 if set & Collective::AllGather.bit() != 0 => Some(Collective::AllGather),
+            2 if set & Collective::AllReduce.bit() != 0 => Some(Collective::AllReduce),
             _ => None,
         }
     }
@@ -544,7 +549,7 @@ mod tests {
         for c in Collective::ALL {
             let all = crate::catalogue::set_of(&Collective::ALL);
             assert_eq!(Collective::from_u64_in(c as u64, all), Some(c));
-            let others = all & !crate::catalogue::bit(c);
+            let others = all & !c.bit();
             assert_eq!(Collective::from_u64_in(c as u64, others), None);
         }
         assert_eq!(Collective::from_u64(u64::MAX), None);

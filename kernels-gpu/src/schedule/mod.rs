@@ -79,7 +79,7 @@ impl Prim {
 }
 
 /// The primitives the collectives of `set` (a mask of
-/// [`catalogue::bit`](crate::catalogue::bit)s) use, as a mask of
+/// [`Collective::bit`](crate::abi::Collective::bit)s) use, as a mask of
 /// [`Prim::index`]es.
 pub const fn prims_of(set: u64) -> u64 {
     const fn bits(ps: &[Prim]) -> u64 {
@@ -92,13 +92,13 @@ pub const fn prims_of(set: u64) -> u64 {
         m
     }
     let mut m = 0;
-    if set & (1 << Collective::ReduceScatter as u64) != 0 {
+    if set & Collective::ReduceScatter.bit() != 0 {
         m |= bits(&reduce_scatter::PRIMS);
     }
-    if set & (1 << Collective::AllGather as u64) != 0 {
+    if set & Collective::AllGather.bit() != 0 {
         m |= bits(&all_gather::PRIMS);
     }
-    if set & (1 << Collective::AllReduce as u64) != 0 {
+    if set & Collective::AllReduce.bit() != 0 {
         m |= bits(&all_reduce::PRIMS);
     }
     m
@@ -178,7 +178,7 @@ mod tests {
     #[test]
     fn every_step_uses_a_primitive_its_collective_lists() {
         for c in Collective::ALL {
-            let set = prims_of(1 << c as u64);
+            let set = prims_of(c.bit());
             for k in 2..12 {
                 let s = Schedule::new(c, k);
                 for t in 0..s.steps() {
@@ -189,7 +189,7 @@ mod tests {
         }
         assert_eq!(prims_of(0), 0);
         assert_eq!(
-            Prim::from_index_in(Prim::Send.index(), prims_of(1 << 1)),
+            Prim::from_index_in(Prim::Send.index(), prims_of(Collective::AllGather.bit())),
             None
         );
         assert_eq!(Prim::from_index_in(64, u64::MAX), None);
