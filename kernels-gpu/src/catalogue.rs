@@ -18,7 +18,9 @@
 //! whole when it is loaded (lazy loading does not defer that), so a module
 //! holding only what one call needs is what makes a first call fast.
 
-use crate::abi::{Algorithm, Collective, BLOCK_THREADS, LOCAL_MIN_BLOCKS_PER_SM, LOCAL_THREADS};
+use crate::abi::{
+    Algorithm, Collective, Work, BLOCK_THREADS, LOCAL_MIN_BLOCKS_PER_SM, LOCAL_THREADS,
+};
 use crate::abi::{TASK_MIN_BLOCKS_PER_SM, TASK_THREADS};
 use crate::element::DataType;
 use crate::op::Op;
@@ -388,6 +390,16 @@ pub fn collective_index(kind: Kind, c: Collective, dtype: DataType, op: Op) -> O
     } else {
         None
     }
+}
+
+/// The index in [`COLLECTIVE_ENTRIES`] of the entry that runs `w` (its
+/// collective and algorithm) on `dtype` with `op`; `None` for a work whose
+/// words name neither. Both executions launch what this says.
+#[inline]
+pub fn entry_of_work(w: &Work, dtype: DataType, op: Op) -> Option<usize> {
+    let c = Collective::from_u64(w.collective)?;
+    let a = Algorithm::from_u64(w.algorithm)?;
+    collective_index(Kind::of(a), c, dtype, op)
 }
 
 /// The entry that runs `c` with algorithm `a` on `dtype` with `op`.

@@ -12,7 +12,7 @@ use ringreduce_kernels::abi::{
     Algorithm, Collective, DirectPeer, LocalArgs, RankConn, Work, CPU_THREADS, DIRECT_FLAG_STRIDE,
     MAX_CHANNELS,
 };
-use ringreduce_kernels::catalogue::{self, Kind};
+use ringreduce_kernels::catalogue;
 use ringreduce_kernels::cpu::{run_local, run_rank, BlockSync, Lane, Trap, Trapped};
 use ringreduce_kernels::plan::DEFAULT_BUFFER_BYTES;
 use ringreduce_kernels::{Op, StatusRecord};
@@ -390,11 +390,9 @@ impl CpuCommunicator {
         };
         // The catalogue entry the GPU would launch: the CPU runs its code.
         let entry = |works: &[Work]| {
-            let w = works.first();
-            let c = w.and_then(|w| Collective::from_u64(w.collective));
-            let a = w.and_then(|w| Algorithm::from_u64(w.algorithm));
-            c.zip(a)
-                .and_then(|(c, a)| catalogue::collective_index(Kind::of(a), c, T::DTYPE, op))
+            works
+                .first()
+                .and_then(|w| catalogue::entry_of_work(w, T::DTYPE, op))
                 .ok_or_else(|| Error::Broken("internal: a launch no entry runs".into()))
         };
         match plan {

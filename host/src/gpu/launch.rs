@@ -12,8 +12,8 @@ use super::setup::Inner;
 use crate::error::{Error, Result};
 use crate::planner::Plan;
 use cudarc::driver::{result, sys, CudaContext, CudaGraph, CudaStream};
-use ringreduce_kernels::abi::{Algorithm, Batch, Collective, LocalArgs, Work, BATCH_RANKS};
-use ringreduce_kernels::catalogue::{self, Args, Kind, COLLECTIVE_ENTRIES};
+use ringreduce_kernels::abi::{Batch, LocalArgs, Work, BATCH_RANKS};
+use ringreduce_kernels::catalogue::{self, Args, COLLECTIVE_ENTRIES};
 use ringreduce_kernels::{DataType, Op};
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -142,21 +142,10 @@ pub fn enqueue(
 /// `works` (every rank's has one collective and algorithm) on `dtype`
 /// with `op`.
 fn entry_of(works: &[Work], dtype: DataType, op: Op) -> Result<usize> {
-    let w = works
+    works
         .first()
-        .ok_or_else(|| Error::Broken("internal: a launch of no ranks".into()))?;
-    let (c, a) = (
-        Collective::from_u64(w.collective),
-        Algorithm::from_u64(w.algorithm),
-    );
-    let (Some(c), Some(a)) = (c, a) else {
-        return Err(Error::Broken(format!(
-            "internal: a work of collective {} and algorithm {}",
-            w.collective, w.algorithm
-        )));
-    };
-    catalogue::collective_index(Kind::of(a), c, dtype, op)
-        .ok_or_else(|| Error::Broken(format!("internal: no entry runs {a:?}")))
+        .and_then(|w| catalogue::entry_of_work(w, dtype, op))
+        .ok_or_else(|| Error::Broken("internal: a launch no entry runs".into()))
 }
 
 /// Launches the grid of `members` (ranks of group `g`) on the first
