@@ -1,7 +1,7 @@
 //! The collectives on the GPU with virtual ranks. Without a GPU the
 //! harness reports every test as ignored, with the reason.
 
-use ringreduce::gpu::module::{has_sass, kernel_image, KernelImage};
+use ringreduce::gpu::module::{force_ptx_jit, has_sass, kernel_image, KernelImage};
 use ringreduce::kernels::abi::GPU_THREADS;
 use ringreduce::kernels::plan::{tile_bytes, PACK_BYTES, STAGING_SLOTS};
 use ringreduce::{Algo, Collective, CommConfig, Communicator, DataType, Op};
@@ -342,7 +342,7 @@ fn gpu_kernel_image(dev: usize) {
     println!(
         "kernels on sm_{cc}: {image}, first communicator in {took:.2?}, its first call in {call:.2?}"
     );
-    let forced = std::env::var("CUDA_FORCE_PTX_JIT").is_ok_and(|v| v == "1");
+    let forced = force_ptx_jit();
     if has_sass(cc) && !forced {
         assert_eq!(image, KernelImage::Sass(cc));
     } else {

@@ -8,7 +8,7 @@
 //! that neither the driver's cache nor embedded SASS hides the JIT.
 
 use crate::exact::{fill, FromSmall};
-use ringreduce::gpu::module::{module_loads, ModuleLoad};
+use ringreduce::gpu::module::{force_ptx_jit, module_loads, ModuleLoad};
 use ringreduce::{with_element_type, Collectives, Communicator, DataType, Op, Region};
 use serde::Serialize;
 use std::error::Error;
@@ -162,7 +162,7 @@ pub fn run(ranks: usize, elems: usize, out: Option<&Path>) -> Result<(), Box<dyn
         calls,
         modules,
         cuda_cache_path: std::env::var("CUDA_CACHE_PATH").ok(),
-        force_ptx_jit: std::env::var("CUDA_FORCE_PTX_JIT").is_ok_and(|v| v == "1"),
+        force_ptx_jit: force_ptx_jit(),
     };
     if let Some(out) = out {
         std::fs::write(out, serde_json::to_string_pretty(&report)?)?;

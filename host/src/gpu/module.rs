@@ -82,7 +82,7 @@ pub struct ModuleLoad {
 /// Whether `CUDA_FORCE_PTX_JIT=1` asks for the PTX: the driver applies it
 /// to the SASS of fat binaries only, not to a cubin the library loads
 /// itself, so the loader honours it here.
-fn force_ptx_jit() -> bool {
+pub fn force_ptx_jit() -> bool {
     static F: OnceLock<bool> = OnceLock::new();
     *F.get_or_init(|| std::env::var("CUDA_FORCE_PTX_JIT").is_ok_and(|v| v == "1"))
 }
