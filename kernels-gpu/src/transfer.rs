@@ -143,8 +143,15 @@ pub unsafe fn transfer<
     prefetch_rounds: u64,
 ) {
     let sz = size_of::<T>() as u64;
-    let head = scalar_head::<T>(dst, n, aligned);
-    scalar::<T, O, THREADS, MODE, DST2>(tid, dst, dst2, incoming, own, 0, head, k);
+    if !aligned {
+        scalar::<T, O, THREADS, MODE, DST2, true>(tid, dst, dst2, incoming, own, 0, n, k);
+        return;
+    }
+    // The head and the tail are each shorter than a pack, so fewer than
+    // `THREADS` elements: one per lane at most, and unrolling them would
+    // only add code to every module.
+    let head = scalar_head::<T>(dst, n, true);
+    scalar::<T, O, THREADS, MODE, DST2, false>(tid, dst, dst2, incoming, own, 0, head, k);
     if head == n {
         return;
     }
@@ -195,13 +202,21 @@ pub unsafe fn transfer<
         p += THREADS;
     }
     let done = head + packs * lanes;
-    scalar::<T, O, THREADS, MODE, DST2>(tid, dst, dst2, incoming, own, done, n, k);
+    scalar::<T, O, THREADS, MODE, DST2, false>(tid, dst, dst2, incoming, own, done, n, k);
 }
 
-/// Elements `from..to`, one per lane per iteration, `UNROLL` at a time.
+/// Elements `from..to`, one per lane per iteration, `UNROLL` at a time
+/// when `UNROLLED`.
 #[allow(clippy::too_many_arguments)]
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
-unsafe fn scalar<T: Element, O: ReduceOp, const THREADS: u64, const MODE: u8, const DST2: bool>(
+unsafe fn scalar<
+    T: Element,
+    O: ReduceOp,
+    const THREADS: u64,
+    const MODE: u8,
+    const DST2: bool,
+    const UNROLLED: bool,
+>(
     tid: u64,
     dst: *mut T,
     dst2: *mut T,
@@ -214,7 +229,7 @@ unsafe fn scalar<T: Element, O: ReduceOp, const THREADS: u64, const MODE: u8, co
     let round = UNROLL * THREADS;
     let mut e = from + tid;
     let at = |e: u64| e as usize;
-    while e + round - THREADS < to {
+    while UNROLLED && e + round - THREADS < to {
         let o = unroll8!(u => own.add(at(e + u * THREADS)).read());
         let r = if MODE == COPY {
             o
