@@ -21,7 +21,7 @@ use crate::metrics::CollectiveArg;
 use crate::report::now_iso;
 use ringreduce::grad::GradBackend;
 use ringreduce::half::f16;
-use ringreduce::kernels::abi::{tiles_for, SelectState, Task, TaskKind};
+use ringreduce::kernels::grad::abi::{tiles_for, SelectState, Task, TaskKind};
 use ringreduce::{Collective, GradConfig, GradSync, Op, Precision, Region, Sparsity};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;

@@ -3,8 +3,8 @@
 //! functions, shared by both communicators' planner.
 
 use crate::error::{Error, Result};
-use ringreduce_kernels::abi::{Algorithm, Collective};
 use ringreduce_kernels::plan::PACK_BYTES;
+use ringreduce_kernels::types::{Algorithm, Collective};
 
 /// Overrides [`crate::CommConfig::algorithm`] when the config leaves it
 /// unset: `auto`, `ring`, `one-shot`, `two-shot` or `local`.

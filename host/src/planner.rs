@@ -5,11 +5,10 @@
 use crate::algorithm::{choose, direct_layout, Algo, Paths};
 use crate::error::{Error, Result};
 use crate::ring::RingOrder;
-use ringreduce_kernels::abi::{
-    Algorithm, ChannelConn, Collective, RankConn, RankInfo, Work, MAX_CHANNELS,
-};
+use ringreduce_kernels::abi::{ChannelConn, RankConn, RankInfo, Work, MAX_CHANNELS};
 use ringreduce_kernels::plan::PACK_BYTES;
 use ringreduce_kernels::plan::{common_residue, needs_padding, Geometry, PlanError, Sizing};
+use ringreduce_kernels::types::{Algorithm, Collective};
 use ringreduce_kernels::DataType;
 
 /// One rank's buffers, as addresses and element counts.

@@ -3,8 +3,8 @@
 //! to the kernels'.
 
 use crate::ring::RingOrder;
-use ringreduce_kernels::abi::{Algorithm, Collective};
 use ringreduce_kernels::plan::Geometry;
+use ringreduce_kernels::types::{Algorithm, Collective};
 use ringreduce_kernels::{Element, Op};
 
 /// The order the ring folds block `u`'s inputs in: starting at the ring

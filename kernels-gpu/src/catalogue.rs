@@ -18,12 +18,11 @@
 //! whole when it is loaded (lazy loading does not defer that), so a module
 //! holding only what one call needs is what makes a first call fast.
 
-use crate::abi::{
-    Algorithm, Collective, Work, BLOCK_THREADS, LOCAL_MIN_BLOCKS_PER_SM, LOCAL_THREADS,
-};
-use crate::abi::{TASK_MIN_BLOCKS_PER_SM, TASK_THREADS};
-use crate::element::DataType;
-use crate::op::Op;
+use crate::abi::{Work, BLOCK_THREADS, LOCAL_MIN_BLOCKS_PER_SM, LOCAL_THREADS};
+use crate::grad::abi::{TASK_MIN_BLOCKS_PER_SM, TASK_THREADS};
+use crate::types::DataType;
+use crate::types::Op;
+use crate::types::{Algorithm, Collective};
 
 /// What an entry runs, and so which argument it takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -34,7 +33,7 @@ pub enum Kind {
     Direct = 1,
     /// The local algorithm, over a [`LocalArgs`](crate::abi::LocalArgs).
     Local = 2,
-    /// The gradient layer's task, over a [`Task`](crate::abi::Task).
+    /// The gradient layer's task, over a [`Task`](crate::grad::abi::Task).
     Task = 3,
     /// A kernel the bench measures its ceilings with, over plain words.
     Ceiling = 4,
@@ -71,7 +70,7 @@ pub enum Args {
     Batch,
     /// A [`LocalArgs`](crate::abi::LocalArgs).
     Local,
-    /// A [`Task`](crate::abi::Task).
+    /// A [`Task`](crate::grad::abi::Task).
     Task,
     /// This many `u64` words.
     Words(u32),

@@ -25,7 +25,7 @@
 //! Failure handling is the ring's: a wait that gives up reports, and the
 //! block's barrier spreads a `failed` bit that skips the remaining work.
 
-use crate::abi::{Algorithm, Collective, DirectPeer, RankConn, WaitKind, Work};
+use crate::abi::{DirectPeer, RankConn, WaitKind, Work};
 use crate::abi::{DIRECT_FLAG_STRIDE, MAX_CHANNELS};
 use crate::device::Device;
 use crate::element::Element;
@@ -34,6 +34,7 @@ use crate::groups::Groups;
 use crate::op::ReduceOp;
 use crate::plan::{block_residue, PACK_BYTES};
 use crate::transfer::fold;
+use crate::types::{Algorithm, Collective};
 use core::mem::size_of;
 use core::ptr::addr_of;
 

@@ -11,70 +11,8 @@
 //! `fmaxf`/`__hmax`), and order `-0 < +0`, so the result never depends on the
 //! operand order except for which NaN payload survives two NaNs.
 
+use crate::types::DataType;
 use half::{bf16, f16};
-
-/// The element types of a collective.
-#[repr(u32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum DataType {
-    I8,
-    U8,
-    I32,
-    U32,
-    I64,
-    U64,
-    F16,
-    Bf16,
-    F32,
-    F64,
-}
-
-impl DataType {
-    pub const ALL: [DataType; 10] = [
-        DataType::I8,
-        DataType::U8,
-        DataType::I32,
-        DataType::U32,
-        DataType::I64,
-        DataType::U64,
-        DataType::F16,
-        DataType::Bf16,
-        DataType::F32,
-        DataType::F64,
-    ];
-
-    /// Short name, as in kernel entry names and the nccl-tests tables.
-    pub const fn name(self) -> &'static str {
-        match self {
-            DataType::I8 => "int8",
-            DataType::U8 => "uint8",
-            DataType::I32 => "int32",
-            DataType::U32 => "uint32",
-            DataType::I64 => "int64",
-            DataType::U64 => "uint64",
-            DataType::F16 => "half",
-            DataType::Bf16 => "bfloat16",
-            DataType::F32 => "float",
-            DataType::F64 => "double",
-        }
-    }
-
-    pub const fn size(self) -> u64 {
-        match self {
-            DataType::I8 | DataType::U8 => 1,
-            DataType::F16 | DataType::Bf16 => 2,
-            DataType::I32 | DataType::U32 | DataType::F32 => 4,
-            DataType::I64 | DataType::U64 | DataType::F64 => 8,
-        }
-    }
-
-    pub const fn is_float(self) -> bool {
-        matches!(
-            self,
-            DataType::F16 | DataType::Bf16 | DataType::F32 | DataType::F64
-        )
-    }
-}
 
 /// One 16-byte pack of elements, aligned so that loads and stores of it are
 /// single vector accesses.

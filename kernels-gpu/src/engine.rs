@@ -34,7 +34,7 @@
 //! control lane signals nothing more, but every barrier is still passed, so
 //! nothing deadlocks.
 
-use crate::abi::{ChannelConn, Collective, RankConn, RankInfo, WaitKind, Work, MAX_CHANNELS};
+use crate::abi::{ChannelConn, RankConn, RankInfo, WaitKind, Work, MAX_CHANNELS};
 use crate::device::{Device, Handoff, SliceWork};
 use crate::element::Element;
 use crate::flags::{signal, wait_at_least, WaitCtx, WaitSite};
@@ -43,6 +43,7 @@ use crate::plan::{block_residue, Chunking, NUM_SUBCHUNKS, STAGING_SLOTS};
 use crate::primitives::{self, LaneCtx, Slot};
 use crate::ring::block_for_step;
 use crate::schedule::{prims_of, Prim, Schedule};
+use crate::types::Collective;
 use core::mem::size_of;
 use core::ptr::addr_of;
 
@@ -74,7 +75,7 @@ struct SliceAt {
 }
 
 /// Runs one rank's part of a collective of `SET` (a mask of
-/// [`Collective::bit`](crate::abi::Collective::bit)s; others do nothing): this
+/// [`Collective::bit`](crate::types::Collective::bit)s; others do nothing): this
 /// block runs channel `d.channel()`. Every lane of every block of the rank
 /// calls it with the same `w`.
 ///

@@ -2,14 +2,15 @@
 //! names, if the entry runs it.
 //!
 //! Each entry is compiled for one algorithm family and one set of
-//! collectives (`SET`, a mask of [`Collective::bit`](crate::abi::Collective::bit)s,
+//! collectives (`SET`, a mask of [`Collective::bit`](crate::types::Collective::bit)s,
 //! see [`crate::catalogue`]): a work outside them does nothing, and the code
 //! for them is not in the entry at all.
 
-use crate::abi::{Algorithm, Collective, Work};
+use crate::abi::Work;
 use crate::device::{Device, Handoff};
 use crate::element::Element;
 use crate::op::ReduceOp;
+use crate::types::{Algorithm, Collective};
 use crate::{direct, engine};
 
 /// Runs one rank's part of the ring collective `w` describes. Every lane

@@ -2,9 +2,10 @@
 //! record a wait that gives up leaves for the host.
 
 use crate::abi::{ChannelConn, RankInfo, StatusRecord, WaitKind, WaitOutcome};
-use crate::device::{Device, Scope};
+use crate::device::Device;
 use crate::plan::UNROLL;
-use crate::transfer::unroll8;
+use crate::types::Scope;
+use crate::unroll::unroll8;
 
 /// Polls between two looks at the abort word and the clock. The abort word
 /// sits in host memory, so reading it costs a bus round trip; one look per

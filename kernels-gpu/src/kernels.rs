@@ -7,9 +7,10 @@
 use crate::abi::{Batch, LocalArgs, GPU_THREADS, LOCAL_THREADS};
 use crate::arch::nvptx::{block_idx, grid_dim, trap, Gpu};
 use crate::catalogue::{GATHERING, REDUCING};
-use crate::device::{Device, Scope};
+use crate::device::Device;
 use crate::op::Sum;
 use crate::transfer::{transfer, COPY, REDUCE};
+use crate::types::Scope;
 
 type Block = Gpu<{ GPU_THREADS as u32 }>;
 
@@ -188,12 +189,12 @@ pub unsafe extern "ptx-kernel" fn pingpong(flags: u64, iters: u64) {
     }
 }
 
-/// The gradient layer's one entry: a [`Task`](crate::abi::Task) of any
+/// The gradient layer's one entry: a [`Task`](crate::grad::abi::Task) of any
 /// kind, its phases separated by block barriers.
 #[export_name = crate::entry_name!(task)]
-pub unsafe extern "ptx-kernel" fn task(t: crate::abi::Task) {
+pub unsafe extern "ptx-kernel" fn task(t: crate::grad::abi::Task) {
     let g = crate::arch::nvptx::GpuLanes;
-    let phases = crate::abi::TaskKind::from_u64(t.kind).map_or(0, |k| k.phases());
+    let phases = crate::grad::abi::TaskKind::from_u64(t.kind).map_or(0, |k| k.phases());
     for p in 0..phases {
         if p > 0 {
             crate::arch::nvptx::block_sync();

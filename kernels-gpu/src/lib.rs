@@ -46,15 +46,17 @@ pub mod primitives;
 pub mod ring;
 pub mod schedule;
 pub mod transfer;
+pub mod types;
+mod unroll;
 
 #[cfg(target_arch = "nvptx64")]
 mod kernels;
 
 pub use abi::{
-    Algorithm, ChannelConn, Collective, DirectPeer, RankConn, RankInfo, StatusRecord, WaitKind,
-    WaitOutcome, Work,
+    ChannelConn, DirectPeer, RankConn, RankInfo, StatusRecord, WaitKind, WaitOutcome, Work,
 };
-pub use device::{Device, Handoff, Scope, SliceWork, RELEASE_SLOTS, SLICE_WORDS};
-pub use element::{DataType, Element};
-pub use op::{Avg, Max, Min, Op, Prod, ReduceOp, Sum};
+pub use device::{Device, Handoff, SliceWork, RELEASE_SLOTS, SLICE_WORDS};
+pub use element::Element;
+pub use op::{Avg, Max, Min, Prod, ReduceOp, Sum};
 pub use plan::{Chunking, Geometry, PlanError, Sizing};
+pub use types::{Algorithm, Collective, DataType, Op, Scope};

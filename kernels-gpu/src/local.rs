@@ -24,13 +24,14 @@
 //! do, so the results have their bits, and an all-reduce writes one value
 //! to every rank's output.
 
-use crate::abi::{Collective, LocalArgs, BATCH_RANKS};
+use crate::abi::{LocalArgs, BATCH_RANKS};
 use crate::device::Device;
 use crate::element::Element;
 use crate::groups::Groups;
 use crate::op::ReduceOp;
 use crate::plan::PACK_BYTES;
 use crate::transfer::fold;
+use crate::types::Collective;
 use core::mem::size_of;
 
 /// Every rank's input and output addresses, by a rank index known only at
@@ -64,7 +65,7 @@ impl Ends for LocalArgs {
 /// Runs block `block` of a local collective's grid of `a.blocks` blocks,
 /// `THREADS` lanes each; lanes past them have nothing to do, and so has a
 /// collective outside `SET` (a mask of
-/// [`Collective::bit`](crate::abi::Collective::bit)s).
+/// [`Collective::bit`](crate::types::Collective::bit)s).
 ///
 /// # Safety
 /// `a` must come from the host planner with every rank of the collective,

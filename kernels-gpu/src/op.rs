@@ -1,31 +1,9 @@
 //! Reduction operators.
 
 use crate::element::Element;
-
-/// The reduction operators of a collective.
-#[repr(u32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Op {
-    Sum,
-    Prod,
-    Max,
-    Min,
-    Avg,
-}
+use crate::types::Op;
 
 impl Op {
-    pub const ALL: [Op; 5] = [Op::Sum, Op::Prod, Op::Max, Op::Min, Op::Avg];
-
-    pub const fn name(self) -> &'static str {
-        match self {
-            Op::Sum => "sum",
-            Op::Prod => "prod",
-            Op::Max => "max",
-            Op::Min => "min",
-            Op::Avg => "avg",
-        }
-    }
-
     /// Applies the operator to two elements (dynamic dispatch, for
     /// references and checks; kernels use [`ReduceOp`]).
     #[inline]

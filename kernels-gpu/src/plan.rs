@@ -224,14 +224,14 @@ impl Geometry {
     /// (the receive count of a reduce-scatter, the send count of the
     /// others), cut into `channels` shares of whole tiles.
     pub fn new(
-        collective: crate::abi::Collective,
+        collective: crate::types::Collective,
         k: u64,
         n: u64,
         elem_size: u64,
         tile_elems: u64,
         channels: u64,
     ) -> Geometry {
-        use crate::abi::Collective::*;
+        use crate::types::Collective::*;
         let (total, block_elems, in_stride, out_stride) = match collective {
             ReduceScatter => (k * n, n, n, 0),
             AllGather => (k * n, n, 0, n),
@@ -340,7 +340,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::{Collective, CPU_THREADS, GPU_THREADS};
+    use crate::abi::{CPU_THREADS, GPU_THREADS};
+    use crate::types::Collective;
 
     #[test]
     fn tiles_of_divides_by_any_tile() {

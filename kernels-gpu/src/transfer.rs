@@ -5,6 +5,7 @@ use crate::device::Device;
 use crate::element::Element;
 use crate::op::ReduceOp;
 use crate::plan::{PACK_BYTES, UNROLL};
+use crate::unroll::unroll8;
 use core::mem::size_of;
 
 /// What a transfer writes: a copy of one source, the op of both sources,
@@ -42,52 +43,6 @@ fn combine_pack<T: Element, O: ReduceOp, const MODE: u8>(
     // SAFETY: as above.
     unsafe { core::mem::transmute_copy(&o) }
 }
-
-/// Expands `$body` once per unrolled slot `u = 0..8`, with constant `u`, so
-/// that every value of a round stays in registers (an array indexed in a
-/// loop would be placed in local memory).
-macro_rules! unroll8 {
-    ($u:ident => $body:expr) => {
-        [
-            {
-                let $u = 0u64;
-                $body
-            },
-            {
-                let $u = 1u64;
-                $body
-            },
-            {
-                let $u = 2u64;
-                $body
-            },
-            {
-                let $u = 3u64;
-                $body
-            },
-            {
-                let $u = 4u64;
-                $body
-            },
-            {
-                let $u = 5u64;
-                $body
-            },
-            {
-                let $u = 6u64;
-                $body
-            },
-            {
-                let $u = 7u64;
-                $body
-            },
-        ]
-    };
-}
-
-pub(crate) use unroll8;
-
-const _: () = assert!(UNROLL == 8, "unroll8! expands exactly UNROLL slots");
 
 /// Elements of `n` that go one by one before `dst` reaches a pack
 /// boundary: all of them off the wide path.

@@ -6,10 +6,10 @@
 //! against a scalar reference, at every alignment (quads and tails).
 
 use proptest::prelude::*;
-use ringreduce_kernels::abi::{
+use ringreduce_kernels::grad::abi::{
     half_arg, tiles_for, HalfFormat, SelectState, Task, TaskKind, PAD_INDEX, SELECT_PASSES,
 };
-use ringreduce_kernels::device::SeqLanes;
+use ringreduce_kernels::grad::lanes::SeqLanes;
 use ringreduce_kernels::grad::run_phase;
 
 /// Runs `t` as `lanes` lanes, phase by phase (one-block tasks too).

@@ -1,12 +1,13 @@
 //! Property tests of the sizing and ring rules: coverage, bounds, alignment.
 
 use proptest::prelude::*;
-use ringreduce_kernels::abi::{Collective, CPU_THREADS, GPU_THREADS};
+use ringreduce_kernels::abi::{CPU_THREADS, GPU_THREADS};
 use ringreduce_kernels::plan::{
     block_residue, common_residue, Chunking, Geometry, PlanError, Sizing, NUM_SUBCHUNKS,
     PACK_BYTES, STAGING_SLOTS,
 };
 use ringreduce_kernels::ring::{block_for_step, ring_index_for_step};
+use ringreduce_kernels::types::Collective;
 
 /// Checks every slice of one block's share of one channel, or the first
 /// and last chunks when there are many: they tile the share in order, each

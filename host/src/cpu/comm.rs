@@ -9,12 +9,12 @@ use crate::planner::{connect, BufferSpan, ChannelWiring, Plan, RankWiring};
 use crate::ring::RingOrder;
 use crate::state::CommState;
 use ringreduce_kernels::abi::{
-    Algorithm, Collective, DirectPeer, LocalArgs, RankConn, Work, CPU_THREADS, DIRECT_FLAG_STRIDE,
-    MAX_CHANNELS,
+    DirectPeer, LocalArgs, RankConn, Work, CPU_THREADS, DIRECT_FLAG_STRIDE, MAX_CHANNELS,
 };
 use ringreduce_kernels::catalogue;
 use ringreduce_kernels::cpu::{run_local, run_rank, BlockSync, Lane, Trap, Trapped};
 use ringreduce_kernels::plan::DEFAULT_BUFFER_BYTES;
+use ringreduce_kernels::types::{Algorithm, Collective};
 use ringreduce_kernels::{Op, StatusRecord};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -6,8 +6,8 @@ use super::buffer::{HostBuffer, UseGuard};
 use super::comm::CpuCommunicator;
 use crate::element::RsElement;
 use crate::error::Result;
-use ringreduce_kernels::abi::{Task, TaskKind};
-use ringreduce_kernels::device::SeqLanes;
+use ringreduce_kernels::grad::abi::{Task, TaskKind};
+use ringreduce_kernels::grad::lanes::SeqLanes;
 use ringreduce_kernels::grad::run_phase;
 
 /// Lanes of a CPU task: odd, so that every split leaves a tail, and more

@@ -9,8 +9,8 @@ use crate::element::RsElement;
 use crate::error::{Error, Result};
 use crate::gpu::Communicator;
 use cudarc::driver::{result, sys, CudaEvent, CudaSlice, CudaStream, DevicePtr};
-use ringreduce_kernels::abi::{Task, TaskKind, TASK_THREADS};
 use ringreduce_kernels::catalogue;
+use ringreduce_kernels::grad::abi::{Task, TaskKind, TASK_THREADS};
 use ringreduce_kernels::{Collective, Op};
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! Packing a list of tensors into buckets: pure, so its rules are tested
 //! apart from any backend.
 
-use ringreduce_kernels::abi::{CopyDesc, COPY_PIECE_BYTES};
+use ringreduce_kernels::grad::abi::{CopyDesc, COPY_PIECE_BYTES};
 
 /// One tensor's place in a packed bucket, in elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use super::{slot, GradSync, Precision, Slots};
 use crate::collectives::Region;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
-use ringreduce_kernels::abi::{half_arg, HalfFormat, Task, TaskKind};
+use ringreduce_kernels::grad::abi::{half_arg, HalfFormat, Task, TaskKind};
 use ringreduce_kernels::{Collective, DataType, Op};
 
 /// How a bucket or tensor is reduced.
@@ -293,7 +293,7 @@ pub(super) fn copy_task<C: GradBackend>(
     comm: &C,
     u: usize,
     q: &C::Queue,
-    descs: &[ringreduce_kernels::abi::CopyDesc],
+    descs: &[ringreduce_kernels::grad::abi::CopyDesc],
     mut holds: Vec<C::Hold>,
     kept: &mut DescCache<C>,
 ) -> Result<()> {

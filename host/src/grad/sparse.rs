@@ -11,7 +11,7 @@ use super::fused::{copy_items, copy_task, reduce_plain};
 use super::{slot, GradSync, Slots, Sparsity};
 use crate::collectives::Region;
 use crate::error::{Error, Result};
-use ringreduce_kernels::abi::{tiles_for, SelectState, Task, TaskKind, SELECT_PASSES};
+use ringreduce_kernels::grad::abi::{tiles_for, SelectState, Task, TaskKind, SELECT_PASSES};
 use ringreduce_kernels::{Collective, Op};
 
 /// What a sparse call sent.

@@ -77,8 +77,8 @@ const _: () = assert!(core::mem::size_of::<LocalArgs>() < core::mem::size_of::<B
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::Collective;
     use crate::plan::Geometry;
+    use crate::types::Collective;
 
     fn works(c: Collective, k: u64, n: u64) -> [Work; 3] {
         core::array::from_fn(|u| Work {

@@ -5,13 +5,11 @@
 //! Pointers are plain `u64` addresses so every struct has one layout on
 //! every target.
 
-use crate::device::Scope;
 use crate::plan::{Geometry, Sizing};
+use crate::types::{Collective, Scope};
 
 mod local;
-mod task;
 pub use local::*;
-pub use task::*;
 
 /// Producer threads per block on the GPU (the block has one more: the
 /// control lane).
@@ -27,163 +25,6 @@ pub const CPU_THREADS: u64 = 4;
 /// Most channels (blocks) one rank may run. A rank's [`RankConn`] holds
 /// this many [`ChannelConn`]s.
 pub const MAX_CHANNELS: usize = 32;
-
-/// The collectives the ring engine runs. The value travels in
-/// [`Work::collective`].
-#[repr(u64)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Collective {
-    /// Each rank gets the reduction of its own block of everyone's input.
-    ReduceScatter = 0,
-    /// Each rank gets every rank's input, in user-rank order.
-    AllGather = 1,
-    /// Each rank gets the reduction of everyone's input.
-    AllReduce = 2,
-}
-
-// `ALL[v]` has value `v`, which `from_u64` and its tests rely on.
-const _: () = {
-    let mut i = 0;
-    while i < Collective::ALL.len() {
-        assert!(Collective::ALL[i] as usize == i);
-        i += 1;
-    }
-    let mut i = 0;
-    while i < Algorithm::ALL.len() {
-        assert!(Algorithm::ALL[i] as usize == i);
-        i += 1;
-    }
-    let mut i = 0;
-    while i < task::TaskKind::ALL.len() {
-        assert!(task::TaskKind::ALL[i] as usize == i);
-        i += 1;
-    }
-};
-
-impl Collective {
-    /// Every value, in discriminant order (so `ALL[v]` has value `v`).
-    pub const ALL: [Collective; 3] = [
-        Collective::ReduceScatter,
-        Collective::AllGather,
-        Collective::AllReduce,
-    ];
-
-    /// A match rather than `ALL.get(v)`: on the GPU a table is a global
-    /// load at the head of every kernel, 13% of a small call's warp
-    /// samples (`bench/NOTES.md`, twenty-first session).
-    pub fn from_u64(v: u64) -> Option<Self> {
-        match v {
-            0 => Some(Collective::ReduceScatter),
-            1 => Some(Collective::AllGather),
-            2 => Some(Collective::AllReduce),
-            _ => None,
-        }
-    }
-
-    /// The collective's bit in a set of collectives (a mask, such as an
-    /// entry's compile-time set, see `crate::catalogue`).
-    pub const fn bit(self) -> u64 {
-        1 << self as u64
-    }
-
-    /// [`Collective::from_u64`], if the collective is in `set` (a mask of
-    /// [`Collective::bit`]s). An entry passes its constant set, so the
-    /// compiler drops the code of every collective outside it.
-    #[cfg_attr(target_arch = "nvptx64", inline(always))]
-    pub fn from_u64_in(v: u64, set: u64) -> Option<Self> {
-        match v {
-            0 if set & Collective::ReduceScatter.bit() != 0 => Some(Collective::ReduceScatter),
-            1 if set & Collective::AllGather.bit() != 0 => Some(Collective::AllGather),
-            2 if set & Collective::AllReduce.bit() != 0 => Some(Collective::AllReduce),
-            _ => None,
-        }
-    }
-
-    /// The (send, recv) lengths of one rank for a count of `n` on `k`
-    /// ranks: NCCL's shapes.
-    pub const fn lengths(self, k: u64, n: u64) -> (u64, u64) {
-        match self {
-            Collective::ReduceScatter => (k * n, n),
-            Collective::AllGather => (n, k * n),
-            Collective::AllReduce => (n, n),
-        }
-    }
-
-    /// Where rank `rank`'s input and output start, in elements, in its
-    /// in-place buffer (which is as long as the longer of the two): NCCL's
-    /// in-place layouts.
-    pub const fn in_place_offsets(self, rank: u64, n: u64) -> (u64, u64) {
-        match self {
-            Collective::ReduceScatter => (0, rank * n),
-            Collective::AllGather => (rank * n, 0),
-            Collective::AllReduce => (0, 0),
-        }
-    }
-
-    /// The name the bench and the errors use.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Collective::ReduceScatter => "reduce-scatter",
-            Collective::AllGather => "all-gather",
-            Collective::AllReduce => "all-reduce",
-        }
-    }
-}
-
-/// How a collective moves its data. The value travels in
-/// [`Work::algorithm`].
-#[repr(u64)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Algorithm {
-    /// The ring: `k - 1` (or `2k - 2`) neighbour steps through staging,
-    /// for bandwidth.
-    Ring = 0,
-    /// Direct, one shot: every rank stages its input where every peer can
-    /// read it, raises one flag, then reads what it needs from all peers
-    /// and folds it in user-rank order: one round of flags, for latency.
-    OneShot = 1,
-    /// Direct, two shots (all-reduce only): a direct reduce-scatter whose
-    /// blocks each rank then reads from its peers: two rounds of flags,
-    /// and each rank reads `2n` instead of `k n`.
-    TwoShot = 2,
-    /// Local: every rank on one device, in one launch. Each block reads
-    /// its share of every rank's input and writes every rank's output
-    /// itself: no staging and no flags, since the launch already follows
-    /// every rank's stream and precedes it again. Folds in user-rank order,
-    /// as the direct algorithms do.
-    Local = 3,
-}
-
-impl Algorithm {
-    /// Every value, in discriminant order (so `ALL[v]` has value `v`).
-    pub const ALL: [Algorithm; 4] = [
-        Algorithm::Ring,
-        Algorithm::OneShot,
-        Algorithm::TwoShot,
-        Algorithm::Local,
-    ];
-
-    /// A match, as [`Collective::from_u64`] is.
-    pub fn from_u64(v: u64) -> Option<Self> {
-        match v {
-            0 => Some(Algorithm::Ring),
-            1 => Some(Algorithm::OneShot),
-            2 => Some(Algorithm::TwoShot),
-            3 => Some(Algorithm::Local),
-            _ => None,
-        }
-    }
-
-    /// The name the bench, the environment variable and the errors use.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Algorithm::Ring => "ring",
-            Algorithm::OneShot => "one-shot",
-            Algorithm::TwoShot => "two-shot",
-            Algorithm::Local => "local",
-        }
-    }
-}
 
 /// Bytes between one rank's channels' ready words in its direct flags: a
 /// line each, so that peers polling different channels do not share one.
@@ -329,7 +170,7 @@ pub struct Work {
     /// this rank's "new data" signals are dropped. `u64::MAX` disables it.
     pub fault_chunk: u64,
     pub fault_step: u64,
-    /// An [`Algorithm`].
+    /// An [`Algorithm`](crate::types::Algorithm).
     pub algorithm: u64,
     /// Direct algorithms: byte offset, in a staging half, of the two-shot
     /// all-reduce's reduced blocks (after the staged input).
@@ -539,30 +380,6 @@ impl StatusRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn collectives_round_trip() {
-        for c in Collective::ALL {
-            assert_eq!(Collective::from_u64(c as u64), Some(c));
-        }
-        assert_eq!(Collective::from_u64(3), None);
-        for c in Collective::ALL {
-            let all = crate::catalogue::set_of(&Collective::ALL);
-            assert_eq!(Collective::from_u64_in(c as u64, all), Some(c));
-            let others = all & !c.bit();
-            assert_eq!(Collective::from_u64_in(c as u64, others), None);
-        }
-        assert_eq!(Collective::from_u64(u64::MAX), None);
-    }
-
-    #[test]
-    fn algorithms_round_trip() {
-        for a in Algorithm::ALL {
-            assert_eq!(Algorithm::from_u64(a as u64), Some(a));
-        }
-        assert_eq!(Algorithm::from_u64(Algorithm::ALL.len() as u64), None);
-        assert_eq!(Algorithm::from_u64(1 << 32), None);
-    }
 
     #[test]
     fn a_batch_maps_every_block_to_one_rank_and_channel() {

@@ -50,7 +50,7 @@ macro_rules! block_mbarriers {
 }
 
 /// The name of the block's private histogram of the gradient layer's
-/// radix select: [`SELECT_BINS`](crate::abi::SELECT_BINS) `u32` bins.
+/// radix select: [`SELECT_BINS`](crate::grad::abi::SELECT_BINS) `u32` bins.
 #[macro_export]
 macro_rules! block_hist_array {
     () => {
@@ -78,7 +78,7 @@ const _: () = assert!(crate::device::RELEASE_SLOTS == 2);
 // The released slices' declared bytes above.
 const _: () = assert!(crate::device::RELEASE_SLOTS * crate::device::SLICE_WORDS * 8 == 96);
 // The histogram's declared bytes above.
-const _: () = assert!(crate::abi::SELECT_BINS * 4 == 1024);
+const _: () = assert!(crate::grad::abi::SELECT_BINS * 4 == 1024);
 
 #[cfg(target_arch = "nvptx64")]
 pub use nvptx::{f16_bits_to_f32, f32_to_f16_bits};

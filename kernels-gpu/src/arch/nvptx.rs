@@ -4,8 +4,9 @@
 //! fences, L2 prefetch, the global timer, half-precision conversions and
 //! reads of a local entry's argument in param space.
 
-use crate::abi::SELECT_BINS;
-use crate::device::{Device, Handoff, Scope, SliceWork, RELEASE_SLOTS, SLICE_WORDS};
+use crate::device::{Device, Handoff, SliceWork, RELEASE_SLOTS, SLICE_WORDS};
+use crate::grad::abi::SELECT_BINS;
+use crate::types::Scope;
 use core::arch::asm;
 
 /// A 32-bit access `$op` to the block's shared word named by the macro
@@ -447,7 +448,7 @@ unsafe fn st_v4(p: *mut u8, v: [u32; 4]) {
 #[derive(Clone, Copy, Default)]
 pub struct GpuLanes;
 
-unsafe impl crate::device::Lanes for GpuLanes {
+unsafe impl crate::grad::lanes::Lanes for GpuLanes {
     #[inline(always)]
     fn lane(&self) -> u64 {
         let (t, n) = block_thread();

@@ -7,9 +7,9 @@
 //! such by index; so its place is (above before it) + min(equal before it,
 //! take_equal), and the result does not depend on the lanes.
 
+use super::lanes::Lanes;
 use super::{all_aligned, for_each_index, for_each_quad, Quad};
-use crate::abi::{magnitude, tile_range, SelectState, Task, PAD_INDEX, SCAN_LANES};
-use crate::device::Lanes;
+use crate::grad::abi::{magnitude, tile_range, SelectState, Task, PAD_INDEX, SCAN_LANES};
 
 /// Tiles `lane, lane + lanes, …` of the task.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]

@@ -1,11 +1,11 @@
 //! Element-wise tasks: `f32` to and from half precision, error feedback,
 //! and fill.
 
+use super::lanes::Lanes;
 use super::{all_aligned, for_each_quad, map_quads, HalfQuad, Quad};
-use crate::abi::{HalfFormat, Task};
 use crate::arch::{f16_bits_to_f32, f32_to_f16_bits};
-use crate::device::Lanes;
 use crate::element::{bf16_bits_to_f32, f32_to_bf16_bits};
+use crate::grad::abi::{HalfFormat, Task};
 
 fn format(arg: u64) -> HalfFormat {
     if arg & 0xffff_ffff == HalfFormat::Bf16 as u64 {

@@ -4,8 +4,8 @@
 //! all lanes.
 
 use super::four_at_a_time;
-use crate::abi::{CopyDesc, Task, TASK_THREADS};
-use crate::device::Lanes;
+use super::lanes::Lanes;
+use crate::grad::abi::{CopyDesc, Task, TASK_THREADS};
 
 /// Copies the `t.n` descriptors at `t.src`.
 ///
@@ -84,8 +84,8 @@ unsafe fn strided<W: Copy>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::TaskKind;
-    use crate::device::SeqLanes;
+    use crate::grad::abi::TaskKind;
+    use crate::grad::lanes::SeqLanes;
 
     /// Every width (16-byte, 4-byte and byte accesses), lengths past and
     /// short of the four-at-a-time body, and a descriptor list longer than

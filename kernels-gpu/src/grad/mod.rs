@@ -5,13 +5,15 @@
 //! by the CPU execution's lanes one after another; no result depends on
 //! the number of lanes.
 
+pub mod abi;
 pub mod compact;
 pub mod convert;
 pub mod copy;
+pub mod lanes;
 pub mod select;
 
-use crate::abi::{Task, TaskKind};
-use crate::device::Lanes;
+use crate::grad::abi::{Task, TaskKind};
+use lanes::Lanes;
 
 /// Runs phase `phase` of `t` in lane `g`. A task of several phases runs as
 /// one block, with a block barrier between phases.

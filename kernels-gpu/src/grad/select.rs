@@ -5,9 +5,9 @@
 //! names the K-th largest magnitude exactly, and how many elements equal to
 //! it the selection still takes (the lowest indices, see `compact`).
 
+use super::lanes::{Lanes, NO_BIN};
 use super::{for_each_index_uniform, Quad};
-use crate::abi::{magnitude, SelectState, Task, SELECT_BINS, SELECT_PASSES};
-use crate::device::{Lanes, NO_BIN};
+use crate::grad::abi::{magnitude, SelectState, Task, SELECT_BINS, SELECT_PASSES};
 
 /// A threshold no magnitude reaches (they are at most `0x7fff_ffff`).
 const NOTHING: u64 = 0x8000_0000;

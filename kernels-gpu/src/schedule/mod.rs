@@ -6,7 +6,7 @@ mod all_gather;
 mod all_reduce;
 mod reduce_scatter;
 
-use crate::abi::Collective;
+use crate::types::Collective;
 
 /// The step primitives (see [`crate::primitives`]). "Recv" reads the
 /// slice the predecessor put in our staging; "send" writes one into the
@@ -79,7 +79,7 @@ impl Prim {
 }
 
 /// The primitives the collectives of `set` (a mask of
-/// [`Collective::bit`](crate::abi::Collective::bit)s) use, as a mask of
+/// [`Collective::bit`](crate::types::Collective::bit)s) use, as a mask of
 /// [`Prim::index`]es.
 pub const fn prims_of(set: u64) -> u64 {
     const fn bits(ps: &[Prim]) -> u64 {
