@@ -4,7 +4,7 @@
 
 use super::buffers::Buffers;
 use super::driver::{pointer_device, within_allocation};
-use super::setup::Inner;
+use super::inner::Inner;
 use crate::error::{Error, Result};
 use crate::planner::BufferSpan;
 use cudarc::driver::{CudaStream, DeviceSlice};

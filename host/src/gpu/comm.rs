@@ -3,8 +3,9 @@
 
 use super::buffers::{Buffers, RawBuffers};
 use super::checks::{check_devices, check_streams, check_views};
+use super::inner::Inner;
 use super::launch::enqueue;
-use super::setup::{create, Inner};
+use super::setup::create;
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};

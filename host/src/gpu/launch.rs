@@ -8,79 +8,15 @@
 //! the first rank's stream, then every rank's stream again. Nothing waits
 //! on the host.
 
-use super::setup::Inner;
+use super::inner::{Group, Inner};
 use crate::error::{Error, Result};
 use crate::planner::Plan;
-use cudarc::driver::{result, sys, CudaContext, CudaGraph, CudaStream};
-use ringreduce_kernels::abi::{Batch, LocalArgs, Work, BATCH_RANKS};
+use cudarc::driver::{result, sys, CudaGraph, CudaStream};
+use ringreduce_kernels::abi::{Batch, LocalArgs, Work};
 use ringreduce_kernels::catalogue::{self, Args, COLLECTIVE_ENTRIES};
 use ringreduce_kernels::{DataType, Op};
 use std::borrow::Cow;
 use std::sync::Arc;
-
-/// User ranks by device, in order of first appearance, cut into groups of
-/// at most [`BATCH_RANKS`]: the ranks each launch runs.
-pub fn launch_groups(devices: &[usize]) -> Vec<Vec<usize>> {
-    let mut order: Vec<usize> = Vec::new();
-    for &d in devices {
-        if !order.contains(&d) {
-            order.push(d);
-        }
-    }
-    order
-        .iter()
-        .flat_map(|&d| {
-            let ranks: Vec<usize> = (0..devices.len()).filter(|&u| devices[u] == d).collect();
-            ranks
-                .chunks(BATCH_RANKS)
-                .map(<[usize]>::to_vec)
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-/// The ranks one launch runs and the events that order it with their
-/// streams (made once, recorded again by every call).
-pub struct Group {
-    pub ranks: Vec<usize>,
-    /// One per rank of the group: recorded on a stream the launch waits for.
-    arrive: Vec<sys::CUevent>,
-    /// Recorded after the launch, for the other streams to wait for.
-    done: sys::CUevent,
-    ctx: Arc<CudaContext>,
-}
-
-// SAFETY: the events are plain driver handles, used under the launch lock.
-unsafe impl Send for Group {}
-unsafe impl Sync for Group {}
-
-impl Group {
-    pub fn new(ctx: &Arc<CudaContext>, ranks: Vec<usize>) -> Result<Group> {
-        ctx.bind_to_thread()?;
-        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
-        let mut g = Group {
-            arrive: Vec::with_capacity(ranks.len()),
-            done: result::event::create(flags)?,
-            ranks,
-            ctx: ctx.clone(),
-        };
-        for _ in 0..g.ranks.len() {
-            g.arrive.push(result::event::create(flags)?);
-        }
-        Ok(g)
-    }
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
-            for &e in self.arrive.iter().chain([&self.done]) {
-                // SAFETY: created by us, used by nothing after the group.
-                let _ = unsafe { result::event::destroy(e) };
-            }
-        }
-    }
-}
 
 /// Enqueues `plan` on `streams` (one per user rank). A failed launch
 /// breaks the communicator: the ranks already launched cannot finish.
@@ -258,21 +194,4 @@ fn hand_over(last: &mut Option<Arc<CudaStream>>, next: &Arc<CudaStream>) -> Resu
     }
     *last = Some(next.clone());
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn groups_follow_devices_and_the_batch_limit() {
-        assert_eq!(launch_groups(&[0, 0, 0]), vec![vec![0, 1, 2]]);
-        assert_eq!(launch_groups(&[1, 0, 1, 0]), vec![vec![0, 2], vec![1, 3]]);
-        let many = vec![0; BATCH_RANKS + 3];
-        let g = launch_groups(&many);
-        assert_eq!(g.len(), 2);
-        assert_eq!(g[0], (0..BATCH_RANKS).collect::<Vec<_>>());
-        assert_eq!(g[1], (BATCH_RANKS..BATCH_RANKS + 3).collect::<Vec<_>>());
-        assert!(launch_groups(&[]).is_empty());
-    }
 }

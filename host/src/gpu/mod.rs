@@ -5,6 +5,7 @@ mod buffers;
 mod checks;
 mod comm;
 mod driver;
+mod inner;
 mod launch;
 #[doc(hidden)]
 pub mod module;

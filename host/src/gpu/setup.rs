@@ -3,7 +3,7 @@
 //! rank's staging, flags, ring table and connection in device memory.
 
 use super::driver::{enable_peer_access, open_device, p2p_link, DeviceAlloc, MappedHost};
-use super::launch::{launch_groups, Group};
+use super::inner::{launch_groups, Group, Inner, Rank};
 use super::module::Kernels;
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
@@ -12,7 +12,7 @@ use crate::planner::{connect, ChannelWiring, RankWiring};
 use crate::ring::RingOrder;
 use crate::state::CommState;
 use crate::topology::{check_ring, ring_from_topology};
-use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaStream};
+use cudarc::driver::{result, sys, CudaContext, CudaFunction};
 use ringreduce_kernels::abi::{
     DirectPeer, RankConn, BATCH_RANKS, BLOCK_THREADS, DIRECT_FLAG_STRIDE, GPU_THREADS, MAX_CHANNELS,
 };
@@ -40,46 +40,6 @@ fn staging_stride(bytes: u64) -> u64 {
 const FLAG_STRIDE: u64 = 256;
 /// Offset of the head word in a channel's flags (the tail is at 0).
 const HEAD: u64 = 128;
-
-/// One rank's device memory.
-pub struct Rank {
-    pub ctx: Arc<CudaContext>,
-    /// Every channel's staging ring, [`staging_stride`] apart.
-    pub staging: DeviceAlloc,
-    /// Every channel's tail and head, [`FLAG_STRIDE`] apart.
-    pub flags: DeviceAlloc,
-    pub user_from_ring: DeviceAlloc,
-    /// The [`RankConn`] the kernel reads.
-    pub conn: DeviceAlloc,
-    /// The direct staging (two halves), the channels' ready words
-    /// ([`DIRECT_FLAG_STRIDE`] apart) and the table of every rank's
-    /// ([`DirectPeer`]s); `None` without direct staging.
-    pub direct: Option<[DeviceAlloc; 3]>,
-}
-
-/// Everything a communicator owns.
-pub struct Inner {
-    pub ranks: Vec<Rank>,
-    /// Each rank's connection address (`ranks[u].conn`), as the planner
-    /// takes them, kept rather than gathered on every call.
-    pub conns: Vec<u64>,
-    pub kernels: Vec<Arc<Kernels>>,
-    /// Word 0: abort; then one status record per rank and channel.
-    pub host: MappedHost,
-    /// Held while one collective's grids are launched, so that concurrent
-    /// callers cannot interleave two collectives' launches across ranks;
-    /// holds each rank's last stream.
-    pub launch: Mutex<Vec<Option<Arc<CudaStream>>>>,
-    /// The recent calls' plans; locked before `launch` when both are held.
-    pub memo: Mutex<PlanMemo>,
-    /// The ranks each launch runs, with the events that order it with
-    /// their streams.
-    pub groups: Vec<Group>,
-    pub state: CommState,
-    /// Blocks of the collective kernels that can be resident at once on
-    /// the smallest of the ranks' devices.
-    pub resident_blocks: usize,
-}
 
 /// Sets up `devices.len()` ranks, user rank `u` on `devices[u]`.
 pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {

@@ -1,0 +1,133 @@
+//! What a GPU communicator owns once set up: each rank's memory, the
+//! launch groups and their events, the memo and the state. Setup fills it
+//! and launch reads it; it depends on neither.
+
+use super::driver::{DeviceAlloc, MappedHost};
+use super::module::Kernels;
+use crate::error::Result;
+use crate::memo::PlanMemo;
+use crate::state::CommState;
+use cudarc::driver::{result, sys, CudaContext, CudaStream};
+use ringreduce_kernels::abi::BATCH_RANKS;
+use std::sync::{Arc, Mutex};
+
+/// One rank's device memory.
+pub struct Rank {
+    pub ctx: Arc<CudaContext>,
+    /// Every channel's staging ring, `staging_stride` apart.
+    pub staging: DeviceAlloc,
+    /// Every channel's tail and head, `FLAG_STRIDE` apart.
+    pub flags: DeviceAlloc,
+    pub user_from_ring: DeviceAlloc,
+    /// The [`RankConn`] the kernel reads.
+    pub conn: DeviceAlloc,
+    /// The direct staging (two halves), the channels' ready words
+    /// ([`DIRECT_FLAG_STRIDE`] apart) and the table of every rank's
+    /// ([`DirectPeer`]s); `None` without direct staging.
+    pub direct: Option<[DeviceAlloc; 3]>,
+}
+
+/// Everything a communicator owns.
+pub struct Inner {
+    pub ranks: Vec<Rank>,
+    /// Each rank's connection address (`ranks[u].conn`), as the planner
+    /// takes them, kept rather than gathered on every call.
+    pub conns: Vec<u64>,
+    pub kernels: Vec<Arc<Kernels>>,
+    /// Word 0: abort; then one status record per rank and channel.
+    pub host: MappedHost,
+    /// Held while one collective's grids are launched, so that concurrent
+    /// callers cannot interleave two collectives' launches across ranks;
+    /// holds each rank's last stream.
+    pub launch: Mutex<Vec<Option<Arc<CudaStream>>>>,
+    /// The recent calls' plans; locked before `launch` when both are held.
+    pub memo: Mutex<PlanMemo>,
+    /// The ranks each launch runs, with the events that order it with
+    /// their streams.
+    pub groups: Vec<Group>,
+    pub state: CommState,
+    /// Blocks of the collective kernels that can be resident at once on
+    /// the smallest of the ranks' devices.
+    pub resident_blocks: usize,
+}
+
+/// User ranks by device, in order of first appearance, cut into groups of
+/// at most [`BATCH_RANKS`]: the ranks each launch runs.
+pub fn launch_groups(devices: &[usize]) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = Vec::new();
+    for &d in devices {
+        if !order.contains(&d) {
+            order.push(d);
+        }
+    }
+    order
+        .iter()
+        .flat_map(|&d| {
+            let ranks: Vec<usize> = (0..devices.len()).filter(|&u| devices[u] == d).collect();
+            ranks
+                .chunks(BATCH_RANKS)
+                .map(<[usize]>::to_vec)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The ranks one launch runs and the events that order it with their
+/// streams (made once, recorded again by every call).
+pub struct Group {
+    pub ranks: Vec<usize>,
+    /// One per rank of the group: recorded on a stream the launch waits for.
+    pub(super) arrive: Vec<sys::CUevent>,
+    /// Recorded after the launch, for the other streams to wait for.
+    pub(super) done: sys::CUevent,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: the events are plain driver handles, used under the launch lock.
+unsafe impl Send for Group {}
+unsafe impl Sync for Group {}
+
+impl Group {
+    pub fn new(ctx: &Arc<CudaContext>, ranks: Vec<usize>) -> Result<Group> {
+        ctx.bind_to_thread()?;
+        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
+        let mut g = Group {
+            arrive: Vec::with_capacity(ranks.len()),
+            done: result::event::create(flags)?,
+            ranks,
+            ctx: ctx.clone(),
+        };
+        for _ in 0..g.ranks.len() {
+            g.arrive.push(result::event::create(flags)?);
+        }
+        Ok(g)
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            for &e in self.arrive.iter().chain([&self.done]) {
+                // SAFETY: created by us, used by nothing after the group.
+                let _ = unsafe { result::event::destroy(e) };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_follow_devices_and_the_batch_limit() {
+        assert_eq!(launch_groups(&[0, 0, 0]), vec![vec![0, 1, 2]]);
+        assert_eq!(launch_groups(&[1, 0, 1, 0]), vec![vec![0, 2], vec![1, 3]]);
+        let many = vec![0; BATCH_RANKS + 3];
+        let g = launch_groups(&many);
+        assert_eq!(g.len(), 2);
+        assert_eq!(g[0], (0..BATCH_RANKS).collect::<Vec<_>>());
+        assert_eq!(g[1], (BATCH_RANKS..BATCH_RANKS + 3).collect::<Vec<_>>());
+        assert!(launch_groups(&[]).is_empty());
+    }
+}
