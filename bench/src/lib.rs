@@ -2,6 +2,7 @@
 //! our collectives, with the ceilings they are judged against measured in
 //! the same process), the evidence suite and same-job A/B comparison.
 
+pub mod bufs;
 pub mod ceilings;
 pub mod cli;
 pub mod clock;
@@ -11,6 +12,7 @@ pub mod grad;
 pub mod metrics;
 pub mod nccl;
 pub mod plot;
+pub mod point;
 pub mod probe;
 pub mod rematch;
 pub mod report;

@@ -10,8 +10,8 @@
 use crate::cli::BenchArgs;
 use crate::exact::FromSmall;
 use crate::metrics::name;
+use crate::point::{perf, with_elem, Judge, Point};
 use crate::report::{Perf, Row};
-use crate::run::{perf, with_elem, Judge, Point};
 use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
 use cudarc::nccl::{result as nresult, sys as nsys};
 use ringreduce::{Collective, DataType, Op, RsElement};

@@ -6,13 +6,14 @@
 //! fastest forced algorithm in alternating windows at each size cancels
 //! such drift, so the ratio judges the choice, not the machine.
 
+use crate::bufs::{regions, shift, upload_bufs, window};
 use crate::ceilings::median;
 use crate::cli::BenchArgs;
 use crate::clock::Clock;
 use crate::exact::FromSmall;
 use crate::metrics::name;
-use crate::run::{regions, shift, upload_bufs, window, with_elem, Point};
-use crate::table::AutoVsBest;
+use crate::point::{with_elem, Point};
+use crate::report::AutoVsBest;
 use ringreduce::{Algo, Collective, RsElement};
 
 /// Every row of `rows` (from [`crate::table::compare_auto`]) timed again,

@@ -151,7 +151,7 @@ pub struct Report {
     /// With `--rematch`: `Auto` and the fastest forced algorithm at each
     /// size, timed again in alternating windows (see `crate::rematch`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub auto_rematch: Vec<crate::table::AutoVsBest>,
+    pub auto_rematch: Vec<AutoVsBest>,
 }
 
 /// Seconds since the epoch as an ISO-8601 UTC timestamp.
@@ -199,5 +199,29 @@ mod tests {
         assert_eq!(iso_utc(0), "1970-01-01T00:00:00Z");
         assert_eq!(iso_utc(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(iso_utc(1_796_212_800), "2026-12-02T12:00:00Z");
+    }
+}
+
+/// How much slower `Auto` is than the fastest forced algorithm, for rows
+/// of one collective and size (times are the mean of both placements).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AutoVsBest {
+    pub collective: String,
+    pub size: u64,
+    /// The forced algorithm that was fastest, and its time (µs).
+    pub best: String,
+    pub best_us: f64,
+    /// What `Auto` ran, and its time (µs).
+    pub auto: String,
+    pub auto_us: f64,
+    /// The sweeps (indices into `per_algo`) the two rows came from, so
+    /// that they can be timed again on the same communicators.
+    #[serde(skip)]
+    pub sweeps: (usize, usize),
+}
+
+impl AutoVsBest {
+    pub fn ratio(&self) -> f64 {
+        self.auto_us / self.best_us
     }
 }

@@ -2,104 +2,30 @@
 //! trait: on the GPU (virtual ranks, or one rank per GPU), or on the CPU
 //! execution when there is no GPU (or `--cpu`).
 
+use crate::bufs::{fill_all, regions, shift, upload_bufs, window, Bufs};
 use crate::ceilings;
 use crate::cli::{AlgoArg, BenchArgs};
 use crate::clock::Clock;
-use crate::exact::{fill, FromSmall};
-use crate::metrics::{algbw, busbw, bytes_for, count_for, name, vs_device_copy};
+use crate::exact::FromSmall;
+use crate::metrics::name;
 use crate::nccl;
 use crate::plot;
-use crate::report::{now_iso, Ceilings, Perf, Report, Row, SCHEMA_VERSION};
+use crate::point::{perf, points, with_elem, Judge, Point};
+use crate::report::{now_iso, AutoVsBest, Perf, Report, Row, SCHEMA_VERSION};
 use crate::sizes::sweep;
-use crate::table::{self, AutoVsBest};
+use crate::table;
 use cudarc::driver::sys;
 use indicatif::{ProgressBar, ProgressStyle};
 use ringreduce::{
-    reference, Algo, Collective, Collectives, CommConfig, Communicator, CpuCommunicator, DataType,
-    Op, Region, RingOrder, RsElement,
+    reference, Algo, Collective, Collectives, CommConfig, Communicator, CpuCommunicator, Op,
+    RingOrder, RsElement,
 };
-use std::time::Instant;
 
 /// Largest size the CPU execution sweeps to: it exists to show the runner
 /// works, not to measure anything.
 pub const CPU_MAX_BYTES: u64 = 4 << 20;
 /// Bytes the copy ceilings move: far beyond any L2 cache.
 pub const CEILING_COPY_BYTES: u64 = 1 << 30;
-
-pub(crate) use ringreduce::with_element_type as with_elem;
-
-/// One sweep point, for either backend.
-#[derive(Debug, Clone, Copy)]
-pub struct Point {
-    pub collective: Collective,
-    pub dtype: DataType,
-    pub op: Op,
-    pub size: u64,
-    pub count: u64,
-}
-
-pub fn points(args: &BenchArgs, sizes: &[u64]) -> Result<Vec<Point>, String> {
-    let mut v = Vec::new();
-    for collective in args.collective.collectives() {
-        for dtype in args.dtypes()? {
-            // An all-gather has no op: one row per type.
-            let ops = if collective == Collective::AllGather {
-                vec![Op::Sum]
-            } else {
-                args.ops()?
-            };
-            for op in ops {
-                for &size in sizes {
-                    let count = count_for(collective, size, dtype.size(), args.ranks);
-                    v.push(Point {
-                        collective,
-                        dtype,
-                        op,
-                        size,
-                        count,
-                    });
-                }
-            }
-        }
-    }
-    Ok(v)
-}
-
-/// What a row's ratios are taken against, and how many ranks share a
-/// device (the device-copy ratio counts all their traffic).
-#[derive(Clone, Copy)]
-pub struct Judge<'a> {
-    pub ceilings: Option<&'a Ceilings>,
-    /// The ceiling busbw is divided by (single-block copy for ringreduce,
-    /// device copy for NCCL).
-    pub busbw_ceiling: Option<f64>,
-    pub ranks_here: usize,
-}
-
-pub fn perf(k: usize, p: &Point, time_us: f64, wrong: Option<u64>, j: Judge) -> Perf {
-    let sz = p.dtype.size();
-    let bytes = bytes_for(p.collective, p.count, sz, k);
-    let bus = busbw(p.collective, k, bytes, time_us);
-    Perf {
-        time_us,
-        algbw: algbw(bytes, time_us),
-        busbw: bus,
-        wrong,
-        busbw_vs_ceiling: j.busbw_ceiling.filter(|c| *c > 0.0).map(|c| bus / c),
-        vs_device_copy: j.ceilings.and_then(|c| {
-            vs_device_copy(
-                p.collective,
-                p.count,
-                sz,
-                k,
-                j.ranks_here,
-                time_us,
-                c.device_copy_gbps,
-            )
-        }),
-        host_us: None,
-    }
-}
 
 fn progress(n: usize) -> ProgressBar {
     let pb = ProgressBar::new(n as u64);
@@ -484,13 +410,6 @@ fn driver_version() -> String {
     }
 }
 
-/// nccl-tests shifts each iteration's buffers by one message within the
-/// allocation, so back-to-back iterations do not hit the same cache lines.
-pub(crate) fn shift(iter: usize, size: u64, max: u64) -> u64 {
-    let steps = max.checked_div(size).unwrap_or(1).max(1);
-    iter as u64 % steps
-}
-
 /// Every point, one table per collective.
 fn sweep_all<C: Clock>(
     args: &BenchArgs,
@@ -527,76 +446,6 @@ fn sweep_all<C: Clock>(
     }
     pb.finish_and_clear();
     Ok(rows)
-}
-
-/// Each rank's buffers: `send` and `recv` sized for the largest point,
-/// with room for nccl-tests' shifting.
-pub(crate) struct Bufs<B> {
-    send: Vec<B>,
-    recv: Vec<B>,
-}
-
-/// Every rank's buffers for calls of collective `c` up to count
-/// `max_count`, and their length in elements. They start from the
-/// exact-check data: never time on zeros.
-pub(crate) fn upload_bufs<C: Collectives, T: RsElement + FromSmall>(
-    comm: &C,
-    c: Collective,
-    max_count: u64,
-) -> ringreduce::Result<(Bufs<C::Buf<T>>, usize)> {
-    let k = comm.k();
-    let (send_cap, recv_cap) = c.lengths(k as u64, max_count);
-    let cap = send_cap.max(recv_cap).max(1) as usize;
-    let mut bufs = Bufs {
-        send: Vec::with_capacity(k),
-        recv: Vec::with_capacity(k),
-    };
-    for (u, data) in fill_all::<T>(Op::Sum, k, cap, 1).iter().enumerate() {
-        bufs.send.push(comm.upload(u, data)?);
-        bufs.recv.push(comm.upload(u, data)?);
-    }
-    Ok((bufs, cap))
-}
-
-/// The regions of one call of collective `c` with count `n`, `sh`
-/// messages into the buffers. In place, the buffer that holds every block
-/// is used: `send` for a reduce-scatter and an all-reduce, `recv` for an
-/// all-gather.
-pub(crate) fn regions<'a, B>(
-    c: Collective,
-    k: usize,
-    n: usize,
-    in_place: bool,
-    sh: usize,
-    bufs: &'a mut Bufs<B>,
-) -> Vec<Region<'a, B>> {
-    let (send_len, recv_len) = c.lengths(k as u64, n as u64);
-    let (send_len, recv_len) = (send_len as usize, recv_len as usize);
-    let whole = send_len.max(recv_len);
-    let Bufs { send, recv } = bufs;
-    if in_place {
-        let pool = if c == Collective::AllGather {
-            recv
-        } else {
-            send
-        };
-        pool.iter_mut()
-            .map(|buf| Region::InPlace {
-                buf,
-                at: sh * whole..(sh + 1) * whole,
-            })
-            .collect()
-    } else {
-        send.iter()
-            .zip(recv.iter_mut())
-            .map(|(s, r)| Region::OutOfPlace {
-                send: s,
-                send_at: sh * send_len..(sh + 1) * send_len,
-                recv: r,
-                recv_at: sh * recv_len..(sh + 1) * recv_len,
-            })
-            .collect()
-    }
 }
 
 fn type_sweep<C: Clock, T: RsElement + FromSmall>(
@@ -686,41 +535,6 @@ fn type_sweep<C: Clock, T: RsElement + FromSmall>(
         pb.inc(1);
     }
     Ok(rows)
-}
-
-/// One timed window: `iters` calls launched back to back between two
-/// marks. Returns the device time per call (µs) and, unless `-z 1`, the
-/// host's time to enqueue one.
-pub(crate) fn window<C: Clock>(
-    args: &BenchArgs,
-    comm: &C,
-    launch: &mut dyn FnMut(usize) -> ringreduce::Result<()>,
-) -> ringreduce::Result<(f64, Option<f64>)> {
-    let start = comm.mark()?;
-    let t0 = Instant::now();
-    for it in 0..args.iters {
-        launch(it)?;
-        if args.blocking {
-            comm.synchronize()?;
-        }
-    }
-    let per = t0.elapsed().as_secs_f64() * 1e6 / args.iters.max(1) as f64;
-    let stop = comm.mark()?;
-    let t = comm.elapsed_us(&start, &stop)? / args.iters.max(1) as f64;
-    Ok((t, (!args.blocking).then_some(per)))
-}
-
-/// Every rank's exact-check data, one thread per rank: at 1 GiB per rank
-/// filling is what a sweep's large sizes wait for.
-fn fill_all<T: RsElement + FromSmall>(op: Op, k: usize, len: usize, seed: u64) -> Vec<Vec<T>> {
-    std::thread::scope(|s| {
-        let hs: Vec<_> = (0..k)
-            .map(|u| s.spawn(move || fill::<T>(op, k, u, len, seed)))
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().expect("fill thread"))
-            .collect()
-    })
 }
 
 /// Elements whose bits differ, compared on every core (a 1 GiB output is

@@ -1,9 +1,8 @@
 //! The nccl-tests table: the same columns, widths and definitions, so our
 //! output pastes beside theirs and reads the same way.
 
-use crate::report::{Ceilings, Perf, Report, Row};
+use crate::report::{AutoVsBest, Ceilings, Perf, Report, Row};
 use ringreduce::Algo;
-use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
 /// nccl-tests' time format: fewer decimals as the time grows.
@@ -177,30 +176,6 @@ pub fn preamble(r: &Report) -> String {
     )
     .unwrap();
     s
-}
-
-/// How much slower `Auto` is than the fastest forced algorithm, for rows
-/// of one collective and size (times are the mean of both placements).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AutoVsBest {
-    pub collective: String,
-    pub size: u64,
-    /// The forced algorithm that was fastest, and its time (µs).
-    pub best: String,
-    pub best_us: f64,
-    /// What `Auto` ran, and its time (µs).
-    pub auto: String,
-    pub auto_us: f64,
-    /// The sweeps (indices into `per_algo`) the two rows came from, so
-    /// that they can be timed again on the same communicators.
-    #[serde(skip)]
-    pub sweeps: (usize, usize),
-}
-
-impl AutoVsBest {
-    pub fn ratio(&self) -> f64 {
-        self.auto_us / self.best_us
-    }
 }
 
 /// One [`AutoVsBest`] per (collective, size) that `Auto` and a forced

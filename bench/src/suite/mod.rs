@@ -3,6 +3,7 @@
 //! then `DIR/gpu-suite`). With `--cpu` the same parts run on the CPU
 //! execution at small sizes, which is how CI tests the suite itself.
 
+pub mod ctx;
 pub mod exec;
 pub mod figures;
 pub mod parts;
@@ -11,7 +12,8 @@ pub mod profile;
 pub mod summary;
 
 use clap::{CommandFactory, FromArgMatches, Parser};
-use parts::{Ctx, Part};
+use ctx::Ctx;
+use parts::Part;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

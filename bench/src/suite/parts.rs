@@ -1,6 +1,7 @@
 //! The parts of the suite: what each runs on a GPU host, what it runs on the
 //! CPU execution (`--cpu`), and how its log becomes a status and a figure.
 
+use super::ctx::{gpu_tool, Ctx};
 use super::exec::{run_logged, Ended};
 use super::figures::{sanitizer_errors, skips, sum_before, tally};
 use super::{Outcome, Status};
@@ -8,24 +9,6 @@ use crate::report::Report;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-
-/// Where the suite finds its binaries and puts its files.
-pub struct Ctx {
-    /// Run on the CPU execution at small sizes.
-    pub cpu: bool,
-    /// The bundle: `ringreduce-bench` and `tests/<name>`.
-    pub bin_dir: PathBuf,
-    pub out: PathBuf,
-}
-
-impl Ctx {
-    fn test_bin(&self, name: &str) -> PathBuf {
-        self.bin_dir.join("tests").join(name)
-    }
-    pub(super) fn log(&self, name: &str) -> PathBuf {
-        self.out.join(format!("{name}.log"))
-    }
-}
 
 /// One test binary run: the binary's name in the bundle, its arguments and
 /// environment.
@@ -682,34 +665,6 @@ fn soak_runs(cpu: bool, k: usize) -> Vec<TestRun> {
     };
     r.env.push(("RINGREDUCE_SOAK_KS", k.to_string()));
     vec![r]
-}
-
-/// A GPU-only part's CUDA toolkit program `name`, or the part's skipped
-/// outcome: on the CPU execution (`who` says what the tool does there, which
-/// is nothing), or when the tool is not installed.
-pub fn gpu_tool(
-    ctx: &Ctx,
-    name: &str,
-    who: &str,
-) -> Result<PathBuf, (Status, String, Vec<String>)> {
-    let skip = |why: String| (Status::Skipped, why, vec![]);
-    if ctx.cpu {
-        return Err(skip(format!("{who}; the CPU execution has none")));
-    }
-    cuda_tool(name).ok_or_else(|| skip(format!("{name} not found (PATH, /usr/local/cuda/bin)")))
-}
-
-/// A CUDA toolkit program: on PATH, else where the toolkit puts it.
-fn cuda_tool(name: &str) -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join(name))
-            .find(|f| f.is_file())
-    });
-    on_path.or_else(|| {
-        let f = PathBuf::from("/usr/local/cuda/bin").join(name);
-        f.is_file().then_some(f)
-    })
 }
 
 fn sanitize(ctx: &Ctx, limit: Duration) -> (Status, String, Vec<String>) {

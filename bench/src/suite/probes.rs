@@ -2,8 +2,8 @@
 //! `host` at one rank count, each into its own log, with the figures that
 //! split a small local all-reduce's time.
 
+use super::ctx::Ctx;
 use super::exec::run_logged;
-use super::parts::Ctx;
 use super::Status;
 use std::process::Command;
 use std::time::Duration;

@@ -3,8 +3,8 @@
 //! between launches that the bench's time per operation includes, so a
 //! latency can be split into the kernel's part and the rest.
 
+use super::ctx::{gpu_tool, Ctx};
 use super::exec::{run_logged, Ended};
-use super::parts::{gpu_tool, Ctx};
 use super::Status;
 use std::process::Command;
 use std::time::Duration;
