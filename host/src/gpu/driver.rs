@@ -1,9 +1,13 @@
-//! Thin, checked wrappers over the few raw driver calls cudarc's safe API
-//! does not cover: raw allocations that peers can write, mapped pinned host
-//! memory, and pointer queries.
+//! Thin, checked wrappers over the raw driver calls cudarc's safe API does
+//! not cover: raw allocations that peers can write, mapped pinned host
+//! memory, pointer queries, events, launches with a by-value argument,
+//! copies between raw addresses, occupancy and graph capture. Every raw
+//! driver call of the crate is here, as cudarc keeps `sys`, `result` and
+//! `safe` apart, so that the rest reads in terms of the library's own types.
 
 use crate::error::{Error, Result};
-use cudarc::driver::{result, sys, CudaContext};
+use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaGraph, CudaStream};
+use std::ffi::c_void;
 use std::sync::Arc;
 
 /// Whether libcuda can be loaded at all.
@@ -181,4 +185,147 @@ pub(crate) fn enable_peer_access(from: &CudaContext, to: &CudaContext) -> Result
         }
         e => Err(e.result().unwrap_err().into()),
     }
+}
+
+/// A driver event without timing, made once and recorded by many calls:
+/// what orders a launch with the streams of the ranks it runs.
+pub(crate) struct Event {
+    raw: sys::CUevent,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: a plain driver handle; the driver's event calls are thread-safe.
+unsafe impl Send for Event {}
+unsafe impl Sync for Event {}
+
+impl Event {
+    pub fn new(ctx: &Arc<CudaContext>) -> Result<Event> {
+        ctx.bind_to_thread()?;
+        let raw = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?;
+        Ok(Event {
+            raw,
+            ctx: ctx.clone(),
+        })
+    }
+
+    /// Records the event on `on`, then makes `waiter` wait for it.
+    ///
+    /// # Safety
+    /// Both streams must be live, on the event's context.
+    #[inline]
+    pub unsafe fn order(&self, on: sys::CUstream, waiter: sys::CUstream) -> Result<()> {
+        result::event::record(self.raw, on)?;
+        result::stream::wait_event(
+            waiter,
+            self.raw,
+            sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+        )?;
+        Ok(())
+    }
+
+    /// Records the event on `on`.
+    ///
+    /// # Safety
+    /// `on` must be live, on the event's context.
+    #[inline]
+    pub unsafe fn record(&self, on: sys::CUstream) -> Result<()> {
+        Ok(result::event::record(self.raw, on)?)
+    }
+
+    /// Makes `waiter` wait for the last record.
+    ///
+    /// # Safety
+    /// `waiter` must be live, on the event's context.
+    #[inline]
+    pub unsafe fn wait_on(&self, waiter: sys::CUstream) -> Result<()> {
+        Ok(result::stream::wait_event(
+            waiter,
+            self.raw,
+            sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+        )?)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: created here, used by nothing after its owner.
+            let _ = unsafe { result::event::destroy(self.raw) };
+        }
+    }
+}
+
+/// Launches `f` on `stream`, `blocks` blocks of `threads`, with one
+/// argument passed by value (every entry of the catalogue takes one).
+///
+/// # Safety
+/// `arg` must be the argument struct `f` takes, and everything it points
+/// to must stay valid until the kernel ends; `f`'s context must be bound.
+#[inline]
+pub(crate) unsafe fn launch<A>(
+    f: &CudaFunction,
+    blocks: u32,
+    threads: u32,
+    stream: sys::CUstream,
+    arg: &mut A,
+) -> Result<()> {
+    let mut params = [arg as *mut A as *mut c_void];
+    result::launch_kernel(
+        f.cu_function(),
+        (blocks, 1, 1),
+        (threads, 1, 1),
+        0,
+        stream,
+        &mut params,
+    )?;
+    Ok(())
+}
+
+/// Copies `bytes` from device address `src` to `dst` on `stream`.
+///
+/// # Safety
+/// Both ranges must be valid device memory of the bound context's device
+/// (or its peers') until the copy ends.
+#[inline]
+pub(crate) unsafe fn copy_dtod_async(
+    dst: u64,
+    src: u64,
+    bytes: usize,
+    stream: sys::CUstream,
+) -> Result<()> {
+    Ok(result::memcpy_dtod_async(dst, src, bytes, stream)?)
+}
+
+/// Copies `data` to device address `dst`, synchronously.
+///
+/// # Safety
+/// `dst` must hold `size_of_val(data)` bytes on the bound context's device.
+pub(crate) unsafe fn copy_htod<T>(dst: u64, data: &[T]) -> Result<()> {
+    Ok(result::memcpy_htod_sync(dst, data)?)
+}
+
+/// Blocks of `f`, launched `threads` wide, that fit on one multiprocessor.
+pub(crate) fn blocks_per_sm(f: &CudaFunction, threads: u32) -> Result<usize> {
+    // SAFETY: a valid function handle.
+    let n = unsafe {
+        result::occupancy::max_active_block_per_multiprocessor(f.cu_function(), threads as i32, 0)?
+    };
+    Ok(n.max(0) as usize)
+}
+
+/// The device's multiprocessors.
+pub(crate) fn sm_count(ctx: &CudaContext) -> Result<usize> {
+    Ok(ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize)
+}
+
+/// Captures what `queue` enqueues on `stream` (every rank's stream, for
+/// collectives) into a CUDA graph instead of running it, in thread-local
+/// capture mode, and ends the capture whatever `queue` returns. See the
+/// README's "Launches, streams and CUDA graphs" for what may be captured.
+pub fn capture(stream: &Arc<CudaStream>, queue: impl FnOnce() -> Result<()>) -> Result<CudaGraph> {
+    stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    let queued = queue();
+    let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0));
+    queued?;
+    graph?.ok_or_else(|| Error::Driver("the capture made no graph".into()))
 }

@@ -2,12 +2,12 @@
 //! launch groups and their events, the memo and the state. Setup fills it
 //! and launch reads it; it depends on neither.
 
-use super::driver::{DeviceAlloc, MappedHost};
+use super::driver::{DeviceAlloc, Event, MappedHost};
 use super::module::Kernels;
 use crate::error::Result;
 use crate::memo::PlanMemo;
 use crate::state::CommState;
-use cudarc::driver::{result, sys, CudaContext, CudaStream};
+use cudarc::driver::{CudaContext, CudaStream};
 use ringreduce_kernels::abi::BATCH_RANKS;
 use std::sync::{Arc, Mutex};
 
@@ -77,41 +77,22 @@ pub fn launch_groups(devices: &[usize]) -> Vec<Vec<usize>> {
 pub struct Group {
     pub ranks: Vec<usize>,
     /// One per rank of the group: recorded on a stream the launch waits for.
-    pub(super) arrive: Vec<sys::CUevent>,
+    pub(super) arrive: Vec<Event>,
     /// Recorded after the launch, for the other streams to wait for.
-    pub(super) done: sys::CUevent,
-    ctx: Arc<CudaContext>,
+    pub(super) done: Event,
 }
-
-// SAFETY: the events are plain driver handles, used under the launch lock.
-unsafe impl Send for Group {}
-unsafe impl Sync for Group {}
 
 impl Group {
     pub fn new(ctx: &Arc<CudaContext>, ranks: Vec<usize>) -> Result<Group> {
-        ctx.bind_to_thread()?;
-        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
-        let mut g = Group {
-            arrive: Vec::with_capacity(ranks.len()),
-            done: result::event::create(flags)?,
+        let arrive = ranks
+            .iter()
+            .map(|_| Event::new(ctx))
+            .collect::<Result<_>>()?;
+        Ok(Group {
+            arrive,
+            done: Event::new(ctx)?,
             ranks,
-            ctx: ctx.clone(),
-        };
-        for _ in 0..g.ranks.len() {
-            g.arrive.push(result::event::create(flags)?);
-        }
-        Ok(g)
-    }
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
-            for &e in self.arrive.iter().chain([&self.done]) {
-                // SAFETY: created by us, used by nothing after the group.
-                let _ = unsafe { result::event::destroy(e) };
-            }
-        }
+        })
     }
 }
 

@@ -8,10 +8,11 @@
 //! the first rank's stream, then every rank's stream again. Nothing waits
 //! on the host.
 
+use super::driver;
 use super::inner::{Group, Inner};
 use crate::error::{Error, Result};
 use crate::planner::Plan;
-use cudarc::driver::{result, sys, CudaGraph, CudaStream};
+use cudarc::driver::{sys, CudaStream};
 use ringreduce_kernels::abi::{Batch, LocalArgs, Work};
 use ringreduce_kernels::catalogue::{self, Args, COLLECTIVE_ENTRIES};
 use ringreduce_kernels::{DataType, Op};
@@ -35,7 +36,7 @@ pub fn enqueue(
             inner.ranks[0].ctx.bind_to_thread()?;
             // SAFETY: validated addresses on this device.
             unsafe {
-                result::memcpy_dtod_async(*recv, *send, *bytes as usize, streams[0].cu_stream())?
+                driver::copy_dtod_async(*recv, *send, *bytes as usize, streams[0].cu_stream())?
             };
             Ok(())
         }
@@ -119,64 +120,51 @@ fn launch(
         }
     }
     inner.ranks[lead].ctx.bind_to_thread()?;
-    let wait = sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
     let e = &COLLECTIVE_ENTRIES[entry];
     let f = inner.kernels[lead].collective(entry)?;
     // A local call (every rank of the communicator in this one batch, see
     // the planner) runs its own entry with its small argument; only the
     // others build the 2.5 KB batch.
-    let (mut local, mut batch);
-    let mut params = if e.args == Args::Local {
+    let mut arg = if e.args == Args::Local {
         let args = (picked.len() == works.len())
             .then(|| LocalArgs::new(&picked, blocks))
             .flatten();
-        local = args.ok_or_else(|| {
+        Arg::Local(args.ok_or_else(|| {
             Error::Broken(format!(
                 "internal: a local call of {} ranks launched {} of them",
                 works.len(),
                 picked.len()
             ))
-        })?;
-        [&mut local as *mut LocalArgs as *mut std::ffi::c_void]
+        })?)
     } else {
-        batch = Batch::new(&picked).ok_or_else(not_one)?;
-        [&mut batch as *mut Batch as *mut std::ffi::c_void]
+        Arg::Batch(Batch::new(&picked).ok_or_else(not_one)?)
     };
     // SAFETY: the events are live and on this context; each kernel takes
     // its one argument by value, which the driver copies at launch.
     unsafe {
-        for (&s, &e) in others.iter().zip(&g.arrive) {
-            result::event::record(e, s)?;
-            result::stream::wait_event(on, e, wait)?;
+        for (&s, ev) in others.iter().zip(&g.arrive) {
+            ev.order(s, on)?;
         }
-        result::launch_kernel(
-            f.cu_function(),
-            (blocks as u32, 1, 1),
-            (e.threads, 1, 1),
-            0,
-            on,
-            &mut params,
-        )?;
+        match &mut arg {
+            Arg::Local(a) => driver::launch(f, blocks as u32, e.threads, on, a)?,
+            Arg::Batch(b) => driver::launch(f, blocks as u32, e.threads, on, b)?,
+        }
         if !others.is_empty() {
-            result::event::record(g.done, on)?;
+            g.done.record(on)?;
             for &s in &others {
-                result::stream::wait_event(s, g.done, wait)?;
+                g.done.wait_on(s)?;
             }
         }
     }
     Ok(())
 }
 
-/// Captures what `queue` enqueues on `stream` (every rank's stream, for
-/// collectives) into a CUDA graph instead of running it, in thread-local
-/// capture mode, and ends the capture whatever `queue` returns. See the
-/// README's "Launches, streams and CUDA graphs" for what may be captured.
-pub fn capture(stream: &Arc<CudaStream>, queue: impl FnOnce() -> Result<()>) -> Result<CudaGraph> {
-    stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-    let queued = queue();
-    let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0));
-    queued?;
-    graph?.ok_or_else(|| Error::Driver("the capture made no graph".into()))
+/// A launch's one by-value argument. It lives on the stack for one launch:
+/// boxing the larger variant would allocate on every call.
+#[allow(clippy::large_enum_variant)]
+enum Arg {
+    Local(LocalArgs),
+    Batch(Batch),
 }
 
 /// Keeps one rank's collectives in order when the caller switches streams:

@@ -4,7 +4,7 @@
 mod buffers;
 mod checks;
 mod comm;
-mod driver;
+pub(crate) mod driver;
 mod inner;
 mod launch;
 #[doc(hidden)]
@@ -13,7 +13,7 @@ mod setup;
 
 pub use buffers::{Buffers, RawBuffers};
 pub use comm::Communicator;
+pub use driver::capture;
 pub use driver::{device_count, driver_available, open_device};
-pub use launch::capture;
 #[doc(hidden)]
 pub use setup::resident_blocks_of;

@@ -8,7 +8,7 @@
 //! runs, and a first call waits for one entry, not for all of them.
 
 use crate::error::{Error, Result};
-use cudarc::driver::{result, CudaContext, CudaFunction, CudaModule};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 use ringreduce_kernels::catalogue::{self, Entry, COLLECTIVE_ENTRIES, OTHER_ENTRIES};
 use std::collections::HashMap;
@@ -190,15 +190,8 @@ impl Kernels {
         let f = module.load_function(e.name)?;
         // The launch bounds promise the co-residency the communicator was
         // sized with, before anything was loaded: hold the driver to it.
-        // SAFETY: a valid function handle.
-        let fits = unsafe {
-            result::occupancy::max_active_block_per_multiprocessor(
-                f.cu_function(),
-                e.threads as i32,
-                0,
-            )?
-        };
-        if fits < e.min_blocks_per_sm as i32 {
+        let fits = super::driver::blocks_per_sm(&f, e.threads)?;
+        if fits < e.min_blocks_per_sm as usize {
             return Err(Error::Driver(format!(
                 "kernel {} fits {fits} blocks of {} threads per SM, fewer than its launch \
                  bounds' {}",

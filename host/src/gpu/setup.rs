@@ -2,7 +2,7 @@
 //! the ring, the kernels, how many channels stay co-resident, and each
 //! rank's staging, flags, ring table and connection in device memory.
 
-use super::driver::{enable_peer_access, open_device, p2p_link, DeviceAlloc, MappedHost};
+use super::driver::{self, enable_peer_access, open_device, p2p_link, DeviceAlloc, MappedHost};
 use super::inner::{launch_groups, Group, Inner, Rank};
 use super::module::Kernels;
 use crate::config::CommConfig;
@@ -12,7 +12,7 @@ use crate::planner::{connect, ChannelWiring, RankWiring};
 use crate::ring::RingOrder;
 use crate::state::CommState;
 use crate::topology::{check_ring, ring_from_topology};
-use cudarc::driver::{result, sys, CudaContext, CudaFunction};
+use cudarc::driver::{CudaContext, CudaFunction};
 use ringreduce_kernels::abi::{
     DirectPeer, RankConn, BATCH_RANKS, BLOCK_THREADS, DIRECT_FLAG_STRIDE, GPU_THREADS, MAX_CHANNELS,
 };
@@ -93,7 +93,7 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
         let ctx = &ctxs[&d];
         let user_from_ring = DeviceAlloc::zeroed(ctx, table.len())?;
         // SAFETY: the allocation holds exactly the table.
-        unsafe { result::memcpy_htod_sync(user_from_ring.ptr, &table)? };
+        unsafe { driver::copy_htod(user_from_ring.ptr, &table)? };
         ranks.push(Rank {
             ctx: ctx.clone(),
             staging: DeviceAlloc::zeroed(ctx, (stride * max_channels as u64) as usize)?,
@@ -129,7 +129,7 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
             )
         };
         // SAFETY: as above.
-        unsafe { result::memcpy_htod_sync(table.ptr, bytes)? };
+        unsafe { driver::copy_htod(table.ptr, bytes)? };
     }
     // Portable, and at one address in every context (unified addressing),
     // so every rank's kernel reaches the same words.
@@ -170,7 +170,7 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
             )
         };
         // SAFETY: as above.
-        unsafe { result::memcpy_htod_sync(r.conn.ptr, bytes)? };
+        unsafe { driver::copy_htod(r.conn.ptr, bytes)? };
     }
     Ok(Inner {
         state,
@@ -229,8 +229,7 @@ fn ring_for(
 /// of them promises, times the multiprocessors. No kernel need be loaded:
 /// ptxas keeps the promise (its registers), and the loader checks it.
 fn resident_by_bounds(ctx: &Arc<CudaContext>, args: Args) -> Result<usize> {
-    let sms =
-        ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
+    let sms = driver::sm_count(ctx)?;
     let per_sm = COLLECTIVE_ENTRIES
         .iter()
         .filter(|e| e.args == args)
@@ -248,19 +247,10 @@ pub fn resident_blocks_of<'a>(
     kernels: impl Iterator<Item = &'a CudaFunction>,
     threads: u32,
 ) -> Result<usize> {
-    let sms =
-        ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
+    let sms = driver::sm_count(ctx)?;
     let mut per_sm = usize::MAX;
     for f in kernels {
-        // SAFETY: valid function handle.
-        let n = unsafe {
-            result::occupancy::max_active_block_per_multiprocessor(
-                f.cu_function(),
-                threads as i32,
-                0,
-            )?
-        };
-        per_sm = per_sm.min(n.max(0) as usize);
+        per_sm = per_sm.min(driver::blocks_per_sm(f, threads)?);
     }
     Ok(per_sm * sms)
 }

@@ -8,7 +8,7 @@ use crate::cpu::{CpuCommunicator, HostBuffer};
 use crate::element::RsElement;
 use crate::error::{Error, Result};
 use crate::gpu::Communicator;
-use cudarc::driver::{result, sys, CudaEvent, CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::{sys, CudaEvent, CudaSlice, CudaStream, DevicePtr};
 use ringreduce_kernels::catalogue;
 use ringreduce_kernels::grad::abi::{Task, TaskKind, TASK_THREADS};
 use ringreduce_kernels::{Collective, Op};
@@ -179,14 +179,12 @@ impl GradBackend for Communicator {
         let inner = self.inner();
         inner.ranks[rank].ctx.bind_to_thread()?;
         let f = inner.kernels[rank].other(&catalogue::TASK)?;
-        let mut params = [&mut task as *mut Task as *mut std::ffi::c_void];
-        result::launch_kernel(
-            f.cu_function(),
-            (task_blocks(&task), 1, 1),
-            (catalogue::TASK.threads, 1, 1),
-            0,
+        crate::gpu::driver::launch(
+            f,
+            task_blocks(&task),
+            catalogue::TASK.threads,
             queue.cu_stream(),
-            &mut params,
+            &mut task,
         )?;
         Ok(())
     }
