@@ -3,22 +3,25 @@
 //! on the CPU execution, which runs the same kernel code on threads.
 
 use ringreduce::{
-    reference, Collective, Collectives, CommConfig, Communicator, CpuCommunicator, Op, Region,
+    reference, Algorithm, Collective, Collectives, CommConfig, Communicator, CpuCommunicator, Op,
+    Region,
 };
 
 const K: usize = 4;
 const N: usize = 1 << 16;
 
-/// Rank `r`'s input of `len` elements.
+/// Rank `r`'s input of `len` elements: fractions of mixed magnitudes, so
+/// that a sum's last bits depend on the order it folds in.
 fn input(r: usize, len: usize) -> Vec<f32> {
     (0..len)
-        .map(|i| ((i * 31 + r * 7) % 97) as f32 - 48.0)
+        .map(|i| ((i * 31 + r * 7) % 97) as f32 * 0.37 - 17.9 + (r as f32) * 1e-3)
         .collect()
 }
 
-/// Runs collective `c` with count `N` on `comm`; returns the elements that
-/// differ from the sequential reference.
-fn run<C: Collectives>(comm: &C, c: Collective) -> ringreduce::Result<usize> {
+/// Runs collective `c` with count `N` on `comm`; returns the algorithm that
+/// ran and the elements that differ from its sequential reference (each
+/// algorithm folds in its own order, which the reference follows).
+fn run<C: Collectives>(comm: &C, c: Collective) -> ringreduce::Result<(Algorithm, usize)> {
     let (send_len, recv_len) = c.lengths(K as u64, N as u64);
     let (send_len, recv_len) = (send_len as usize, recv_len as usize);
     let inputs: Vec<Vec<f32>> = (0..K).map(|r| input(r, send_len)).collect();
@@ -42,21 +45,26 @@ fn run<C: Collectives>(comm: &C, c: Collective) -> ringreduce::Result<usize> {
     drop(regions);
     comm.synchronize()?; // reports timeouts and aborts
     let refs: Vec<&[f32]> = inputs.iter().map(|v| v.as_slice()).collect();
-    let want = reference::collective(c, &refs, comm.ring_order(), Op::Sum);
+    let algorithm = comm.algorithm_for::<f32>(c, N)?;
+    let want = reference::collective_by(c, algorithm, &refs, comm.ring_order(), Op::Sum);
     let mut wrong = 0;
     for (r, (_, recv)) in bufs.iter().enumerate() {
         let got = comm.download(r, recv)?;
         wrong += got.iter().zip(&want[r]).filter(|(a, b)| a != b).count();
     }
-    Ok(wrong)
+    Ok((algorithm, wrong))
 }
 
 /// Every collective on `comm`, printed under `name`.
 fn all<C: Collectives>(name: &str, comm: &C) -> ringreduce::Result<usize> {
     let mut total = 0;
     for c in Collective::ALL {
-        let w = run(comm, c)?;
-        println!("{name}: {}: {w} wrong elements", c.name());
+        let (algorithm, w) = run(comm, c)?;
+        println!(
+            "{name}: {} ({}): {w} wrong elements",
+            c.name(),
+            algorithm.name()
+        );
         total += w;
     }
     Ok(total)

@@ -13,6 +13,24 @@
 //!   without a GPU and for tests.
 //! * [`Collectives`]: the trait both implement, for code written once.
 //!
+//! ## Example
+//! A reduce-scatter on four ranks of the CPU execution (on a GPU,
+//! [`Communicator`] takes the same calls on cudarc buffers and streams):
+//! ```
+//! use ringreduce::{CpuBuffers, CpuCommunicator, HostBuffer, Op};
+//! let (k, n) = (4, 1000);
+//! let comm = CpuCommunicator::new(k)?;
+//! let send: Vec<_> = (0..k).map(|r| HostBuffer::from_slice(&vec![r as f32; k * n])).collect();
+//! let recv: Vec<_> = (0..k).map(|_| HostBuffer::<f32>::zeroed(n)).collect();
+//! let bufs: Vec<_> = (0..k)
+//!     .map(|u| CpuBuffers::out_of_place(send[u].as_view(), recv[u].as_view()))
+//!     .collect();
+//! comm.reduce_scatter(&bufs, Op::Sum)?; // queued on the ranks' threads
+//! comm.synchronize()?; // waits, and reports timeouts and aborts
+//! assert!(recv.iter().all(|r| r.to_vec() == vec![6.0; n])); // 0 + 1 + 2 + 3
+//! # Ok::<(), ringreduce::Error>(())
+//! ```
+//!
 //! ## Semantics (NCCL's)
 //! For a count `n`:
 //! * **reduce-scatter**: `send` holds `k` blocks of `n`, `recv` holds `n`;
@@ -28,7 +46,8 @@
 //! depend on the number of channels or on timing, so float results are
 //! deterministic run to run and identical between the GPU and the CPU
 //! execution. The ring folds in ring order; the direct algorithms (small
-//! messages, see [`Algo`]) fold in user-rank order `0..k`. So with `Auto`
+//! messages) and the local one (every rank on one device, one launch) fold
+//! in user-rank order `0..k` (see [`Algo`]). So with `Auto`
 //! a float result can change in its last bits where the size crosses from
 //! one algorithm to the other; force one with [`CommConfig::algorithm`]
 //! where that matters.
@@ -82,3 +101,14 @@ pub use ring::RingOrder;
 pub use ringreduce_kernels as kernels;
 pub use ringreduce_kernels::abi::BATCH_RANKS;
 pub use ringreduce_kernels::{Algorithm, Collective, Op, WaitKind};
+
+/// The README's examples, compiled (and run, where they need no GPU) as
+/// doc tests, so that the first code a user copies works.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeExamples;
+
+/// The usage guide's examples, tested the same way.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/usage.md")]
+pub struct UsageExamples;
