@@ -292,7 +292,7 @@ impl Collectives for CpuCommunicator {
         at: Range<usize>,
     ) -> Result<Vec<T>> {
         check_range(rank, "buffer", &at, buf.len())?;
-        Ok(buf.read(at))
+        buf.read(at)
     }
     fn write<T: RsElement>(
         &self,
@@ -303,8 +303,7 @@ impl Collectives for CpuCommunicator {
     ) -> Result<()> {
         let r = at..at.saturating_add(data.len());
         check_range(rank, "buffer", &r, buf.len())?;
-        buf.write(at, data);
-        Ok(())
+        buf.write(at, data)
     }
     fn collective<T: RsElement>(
         &self,
@@ -316,9 +315,9 @@ impl Collectives for CpuCommunicator {
         let bufs = views(
             regions,
             |send, send_at, recv, recv_at| {
-                CpuBuffers::out_of_place(send.view(send_at), recv.view(recv_at))
+                CpuBuffers::out_of_place(send.view_within(send_at), recv.view_within(recv_at))
             },
-            |buf, at| CpuBuffers::in_place(buf.view(at)),
+            |buf, at| CpuBuffers::in_place(buf.view_within(at)),
         );
         CpuCommunicator::collective(self, c, &bufs, op)
     }

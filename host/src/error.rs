@@ -211,6 +211,16 @@ pub enum Error {
         /// What was expected.
         expected: usize,
     },
+    /// Elements `start..end` asked of a host buffer of `len` elements.
+    #[error("elements {start}..{end} are not within a host buffer of {len}")]
+    RangeOutOfBounds {
+        /// The range's start.
+        start: usize,
+        /// The range's end.
+        end: usize,
+        /// The buffer's elements.
+        len: usize,
+    },
     /// A buffer that does not lie inside one allocation.
     #[error("rank {rank}: {which} buffer [{addr:#x}, +{bytes} B) is not inside one allocation")]
     BufferOutOfBounds {

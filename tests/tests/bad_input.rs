@@ -65,7 +65,7 @@ impl Setup {
                 .map(|i| (0..K).map(|j| (u * N + i + j) as f32).sum())
                 .collect();
             assert_eq!(r.to_vec(), want, "communicator works after {e}");
-            r.write(0, &[SENTINEL; N]);
+            r.write(0, &[SENTINEL; N]).unwrap();
         }
     }
 }
@@ -84,7 +84,7 @@ fn wrong_number_of_pairs() {
 fn send_not_k_times_recv() {
     let s = setup();
     let mut b = s.good();
-    b[1] = CpuBuffers::out_of_place(s.send[1].view(0..K * N - 1), s.recv[1].as_view());
+    b[1] = CpuBuffers::out_of_place(s.send[1].view(0..K * N - 1).unwrap(), s.recv[1].as_view());
     s.expect(&b, |e| {
         matches!(
             e,
@@ -102,7 +102,10 @@ fn send_not_k_times_recv() {
 fn counts_differ_between_ranks() {
     let s = setup();
     let mut b = s.good();
-    b[2] = CpuBuffers::out_of_place(s.send[2].view(0..K * (N - 1)), s.recv[2].view(0..N - 1));
+    b[2] = CpuBuffers::out_of_place(
+        s.send[2].view(0..K * (N - 1)).unwrap(),
+        s.recv[2].view(0..N - 1).unwrap(),
+    );
     s.expect(&b, |e| {
         matches!(
             e,
@@ -120,7 +123,7 @@ fn in_place_at_the_wrong_block() {
     let s = setup();
     let mut b = s.good();
     // Rank 1's recv inside its own send, but at block 2.
-    b[1] = CpuBuffers::out_of_place(s.send[1].as_view(), s.send[1].view(2 * N..3 * N));
+    b[1] = CpuBuffers::out_of_place(s.send[1].as_view(), s.send[1].view(2 * N..3 * N).unwrap());
     s.expect(&b, |e| matches!(e, Error::InPlaceMisplaced { rank: 1, .. }));
 }
 
@@ -129,7 +132,7 @@ fn in_place_buffer_of_the_wrong_length() {
     let s = setup();
     let mut b = s.good();
     // K * N - 1 elements cannot be K equal blocks.
-    b[2] = CpuBuffers::in_place(s.send[2].view(0..K * N - 1));
+    b[2] = CpuBuffers::in_place(s.send[2].view(0..K * N - 1).unwrap());
     s.expect(&b, |e| {
         matches!(e, Error::InPlaceLength { rank: 2, k: K, .. })
             && e.to_string().contains("in-place buffer holds")
@@ -153,7 +156,7 @@ fn overlapping_outputs_and_inputs() {
         )
     });
     let mut b = s.good();
-    b[2] = CpuBuffers::out_of_place(s.send[2].as_view(), s.send[0].view(N..2 * N));
+    b[2] = CpuBuffers::out_of_place(s.send[2].as_view(), s.send[0].view(N..2 * N).unwrap());
     s.expect(&b, |e| {
         matches!(
             e,
@@ -177,13 +180,13 @@ fn bad_input_after_good_calls_of_its_shape() {
     }
     s.comm.synchronize().unwrap();
     for r in &s.recv {
-        r.write(0, &[SENTINEL; N]);
+        r.write(0, &[SENTINEL; N]).unwrap();
     }
     let mut b = s.good();
     b[1] = CpuBuffers::out_of_place(s.send[1].as_view(), s.recv[0].as_view());
     s.expect(&b, |e| matches!(e, Error::Overlap { a: 0, b: 1, .. }));
     let mut b = s.good();
-    b[2] = CpuBuffers::out_of_place(s.send[2].as_view(), s.send[2].view(0..N));
+    b[2] = CpuBuffers::out_of_place(s.send[2].as_view(), s.send[2].view(0..N).unwrap());
     s.expect(&b, |e| matches!(e, Error::InPlaceMisplaced { rank: 2, .. }));
 }
 
@@ -277,7 +280,7 @@ fn all_gather_and_all_reduce_shapes() {
     let mut b: Vec<CpuBuffers<f32>> = (0..K)
         .map(|u| CpuBuffers::out_of_place(send[u].as_view(), recv[u].as_view()))
         .collect();
-    b[1] = CpuBuffers::out_of_place(send[1].as_view(), recv[1].view(0..K * N - 1));
+    b[1] = CpuBuffers::out_of_place(send[1].as_view(), recv[1].view(0..K * N - 1).unwrap());
     let e = comm.all_gather(&b).unwrap_err();
     assert!(
         matches!(
@@ -292,7 +295,7 @@ fn all_gather_and_all_reduce_shapes() {
         "{e}"
     );
     // All-gather in place: send must be block `rank` of recv.
-    b[1] = CpuBuffers::out_of_place(recv[1].view(0..N), recv[1].as_view());
+    b[1] = CpuBuffers::out_of_place(recv[1].view(0..N).unwrap(), recv[1].as_view());
     let e = comm.all_gather(&b).unwrap_err();
     assert!(
         matches!(
@@ -306,9 +309,9 @@ fn all_gather_and_all_reduce_shapes() {
     );
     // All-reduce: recv as long as send, and in place only exactly.
     let mut b: Vec<CpuBuffers<f32>> = (0..K)
-        .map(|u| CpuBuffers::out_of_place(send[u].as_view(), recv[u].view(0..N)))
+        .map(|u| CpuBuffers::out_of_place(send[u].as_view(), recv[u].view(0..N).unwrap()))
         .collect();
-    b[2] = CpuBuffers::out_of_place(send[2].as_view(), recv[2].view(0..N + 1));
+    b[2] = CpuBuffers::out_of_place(send[2].as_view(), recv[2].view(0..N + 1).unwrap());
     let e = comm.all_reduce(&b, Op::Sum).unwrap_err();
     assert!(
         matches!(
@@ -321,7 +324,7 @@ fn all_gather_and_all_reduce_shapes() {
         ),
         "{e}"
     );
-    b[2] = CpuBuffers::out_of_place(recv[2].view(1..N + 1), recv[2].view(0..N));
+    b[2] = CpuBuffers::out_of_place(recv[2].view(1..N + 1).unwrap(), recv[2].view(0..N).unwrap());
     let e = comm.all_reduce(&b, Op::Sum).unwrap_err();
     assert!(
         matches!(
@@ -333,7 +336,10 @@ fn all_gather_and_all_reduce_shapes() {
         ),
         "{e}"
     );
-    b[2] = CpuBuffers::out_of_place(send[2].view(0..N - 1), recv[2].view(0..N - 1));
+    b[2] = CpuBuffers::out_of_place(
+        send[2].view(0..N - 1).unwrap(),
+        recv[2].view(0..N - 1).unwrap(),
+    );
     let e = comm.all_reduce(&b, Op::Sum).unwrap_err();
     assert!(
         matches!(
@@ -348,7 +354,7 @@ fn all_gather_and_all_reduce_shapes() {
     );
     // An in-place all-gather buffer must be k equal blocks.
     let b: Vec<CpuBuffers<f32>> = (0..K)
-        .map(|u| CpuBuffers::in_place(recv[u].view(0..K * N - 1)))
+        .map(|u| CpuBuffers::in_place(recv[u].view(0..K * N - 1).unwrap()))
         .collect();
     assert!(matches!(
         comm.all_gather(&b).unwrap_err(),

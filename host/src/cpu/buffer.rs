@@ -7,6 +7,7 @@
 //! enqueuing a collective is safe and returns the finished result.
 
 use crate::element::RsElement;
+use crate::error::{Error, Result};
 use std::alloc::Layout;
 use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex};
@@ -104,7 +105,7 @@ impl<T: RsElement> HostBuffer<T> {
     /// A buffer holding a copy of `data`.
     pub fn from_slice(data: &[T]) -> Self {
         let b = Self::zeroed(data.len());
-        b.write(0, data);
+        b.copy_in(0, data);
         b
     }
 
@@ -120,16 +121,31 @@ impl<T: RsElement> HostBuffer<T> {
 
     /// Copies the contents out, after every collective using it finished.
     pub fn to_vec(&self) -> Vec<T> {
-        self.read(0..self.len)
+        self.copy_out(0..self.len)
+    }
+
+    /// `range`, if it lies within the buffer.
+    fn check(&self, range: &Range<usize>) -> Result<()> {
+        if range.start <= range.end && range.end <= self.len {
+            Ok(())
+        } else {
+            Err(Error::RangeOutOfBounds {
+                start: range.start,
+                end: range.end,
+                len: self.len,
+            })
+        }
     }
 
     /// Copies elements `range` out, after every collective using the
-    /// buffer finished. Panics if the range does not fit, like slicing.
-    pub fn read(&self, range: Range<usize>) -> Vec<T> {
-        assert!(
-            range.start <= range.end && range.end <= self.len,
-            "read out of bounds"
-        );
+    /// buffer finished; [`Error::RangeOutOfBounds`] if it does not fit.
+    pub fn read(&self, range: Range<usize>) -> Result<Vec<T>> {
+        self.check(&range)?;
+        Ok(self.copy_out(range))
+    }
+
+    /// Elements `range`, which lies within the buffer.
+    fn copy_out(&self, range: Range<usize>) -> Vec<T> {
         self.mem.wait_idle();
         // SAFETY: in bounds, no collective uses the memory, and it holds
         // initialised (zeroed or written) Pod elements.
@@ -140,9 +156,15 @@ impl<T: RsElement> HostBuffer<T> {
     }
 
     /// Overwrites elements from `offset`, after every collective using the
-    /// buffer finished. Panics if the data does not fit, like slice copies.
-    pub fn write(&self, offset: usize, data: &[T]) {
-        assert!(offset + data.len() <= self.len, "write out of bounds");
+    /// buffer finished; [`Error::RangeOutOfBounds`] if the data does not fit.
+    pub fn write(&self, offset: usize, data: &[T]) -> Result<()> {
+        self.check(&(offset..offset.saturating_add(data.len())))?;
+        self.copy_in(offset, data);
+        Ok(())
+    }
+
+    /// Writes `data` at `offset`, where it fits.
+    fn copy_in(&self, offset: usize, data: &[T]) {
         self.mem.wait_idle();
         // SAFETY: in bounds, and no collective uses the memory.
         unsafe {
@@ -154,12 +176,15 @@ impl<T: RsElement> HostBuffer<T> {
         }
     }
 
-    /// A view of `range`, for passing to a collective.
-    pub fn view(&self, range: Range<usize>) -> HostView<T> {
-        assert!(
-            range.start <= range.end && range.end <= self.len,
-            "view out of bounds"
-        );
+    /// A view of `range`, for passing to a collective;
+    /// [`Error::RangeOutOfBounds`] if it does not fit.
+    pub fn view(&self, range: Range<usize>) -> Result<HostView<T>> {
+        self.check(&range)?;
+        Ok(self.view_within(range))
+    }
+
+    /// A view of `range`, which lies within the buffer.
+    pub(crate) fn view_within(&self, range: Range<usize>) -> HostView<T> {
         HostView {
             mem: self.mem.clone(),
             offset: range.start,
@@ -170,7 +195,7 @@ impl<T: RsElement> HostBuffer<T> {
 
     /// A view of the whole buffer.
     pub fn as_view(&self) -> HostView<T> {
-        self.view(0..self.len)
+        self.view_within(0..self.len)
     }
 }
 
@@ -197,5 +222,33 @@ impl<T> HostView<T> {
     /// Address of the first element.
     pub fn addr(&self) -> u64 {
         self.mem.addr() + (self.offset * std::mem::size_of::<T>()) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_outside_a_buffer_are_typed_errors_and_change_nothing() {
+        let b = HostBuffer::from_slice(&[1u32, 2, 3, 4]);
+        let oob = |r: Result<_>, start, end| {
+            assert!(matches!(
+                r,
+                Err(Error::RangeOutOfBounds { start: s, end: e, len: 4 }) if s == start && e == end
+            ))
+        };
+        oob(b.view(2..5).map(|_| ()), 2, 5);
+        #[allow(clippy::reversed_empty_ranges)]
+        oob(b.view(3..2).map(|_| ()), 3, 2);
+        oob(b.read(0..5).map(|_| ()), 0, 5);
+        oob(b.write(3, &[9, 9]), 3, 5);
+        oob(b.write(usize::MAX, &[9]), usize::MAX, usize::MAX);
+        assert_eq!(b.to_vec(), vec![1, 2, 3, 4]);
+        // At the edges, all is well.
+        assert_eq!(b.view(4..4).unwrap().len(), 0);
+        assert_eq!(b.read(1..4).unwrap(), vec![2, 3, 4]);
+        b.write(2, &[7, 8]).unwrap();
+        assert_eq!(b.to_vec(), vec![1, 2, 7, 8]);
     }
 }

@@ -236,8 +236,7 @@ impl GradBackend for CpuCommunicator {
         buf: &mut HostBuffer<T>,
         data: &[T],
     ) -> Result<()> {
-        buf.write(0, data);
-        Ok(())
+        buf.write(0, data)
     }
     unsafe fn run_task(
         &self,
