@@ -2,7 +2,7 @@
 //!
 //! `--algo all` times each algorithm's sweep minutes after the one before,
 //! and a machine that drifts in between made two sweeps of one kernel
-//! differ by up to 1.43x (twenty-fourth session). Timing `Auto` and the
+//! differ by up to 1.43x (2026-12-06, the producers' registers freed). Timing `Auto` and the
 //! fastest forced algorithm in alternating windows at each size cancels
 //! such drift, so the ratio judges the choice, not the machine.
 

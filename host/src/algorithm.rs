@@ -28,7 +28,7 @@ pub fn direct_channels(max_channels: u64) -> u64 {
 
 // `Auto`'s thresholds, in bytes of one rank's input, from the H200 latency
 // sweeps at k = 2, 4 and 8 virtual ranks (`bench/NOTES.md`, 2026-12-04,
-// eighth session): each is the last size where the direct form was the
+// 2026-12-04, direct collectives and one launch): each is the last size where the direct form was the
 // fastest, or within 10% of it.
 
 /// Direct reduce-scatter up to here.

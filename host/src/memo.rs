@@ -2,13 +2,13 @@
 //! Training and decoding loops repeat a handful of collectives on the same
 //! buffers (one per layer kind, say), and validating and planning each
 //! again was about 40% of a small local call's own host time
-//! (`bench/NOTES.md`, twenty-second session).
+//! (`bench/NOTES.md`, 2026-12-05: the small-call path checked).
 //!
 //! A call that moves its buffers (views into a flat bucket, nccl-tests'
 //! shifting) matches no key, but a kept plan of the same shape needs only
 //! new pointers: the memo copies it into the oldest entry's allocations
 //! and re-points it, after a pass over the ranks when every buffer moved
-//! by one offset, or after validation otherwise (twenty-eighth session).
+//! by one offset, or after validation otherwise (2026-12-06, moved buffers re-point a kept plan).
 
 use crate::error::Result;
 use crate::planner::{moved_whole, plan, repoint, repointable, BufferSpan, CallOpts, Plan};

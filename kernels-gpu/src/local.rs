@@ -41,7 +41,7 @@ use core::mem::size_of;
 /// (`arch::nvptx::ParamEnds`), one register-indexed constant load each.
 /// Indexing the argument from Rust makes LLVM copy all of it to local
 /// memory first: those stores cost about a quarter of a small call's
-/// kernel time (`bench/NOTES.md`, twenty-first session).
+/// kernel time (`bench/NOTES.md`, 2026-12-05: where a small local call's kernel time went).
 pub trait Ends {
     /// Rank `u`'s input.
     fn send(&self, u: u64) -> u64;

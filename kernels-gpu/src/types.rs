@@ -50,7 +50,7 @@ impl Collective {
 
     /// A match rather than `ALL.get(v)`: on the GPU a table is a global
     /// load at the head of every kernel, 13% of a small call's warp
-    /// samples (`bench/NOTES.md`, twenty-first session).
+    /// samples (`bench/NOTES.md`, 2026-12-05: where a small local call's kernel time went).
     pub fn from_u64(v: u64) -> Option<Self> {
         match v {
             0 => Some(Collective::ReduceScatter),

@@ -102,7 +102,7 @@ fn newest_modules(build: &Path) -> Option<PathBuf> {
 /// multiply, `S` a 16-byte store, `P` an L2 prefetch. A reduce loop whose
 /// sixteen loads do not all come before its first `a` waits on memory twice
 /// a round: ptxas reused the first loads' registers for the rest
-/// (`bench/NOTES.md`, twenty-third session).
+/// (`bench/NOTES.md`, 2026-12-06: Auto to 1 GiB).
 fn unrolled_loads(sass: &str) -> Vec<String> {
     let mut runs = vec![String::new()];
     for line in sass.lines() {

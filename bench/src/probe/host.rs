@@ -1,7 +1,7 @@
 //! The library's own host time per small collective, apart from the driver's.
 //!
 //! A collective launched one by one is host bound on the H100 machines
-//! (`bench/NOTES.md`, nineteenth session), and the driver's share cannot be
+//! (`bench/NOTES.md`, 2026-12-05: short segments in lane groups), and the driver's share cannot be
 //! told from the library's there. Five loops tell them apart, each timed
 //! on the host clock and between events:
 //! - `library`: the local all-reduce of 2 `f32` through the communicator;

@@ -2,7 +2,7 @@
 //! for small calls of several shapes.
 //!
 //! A small local call costs about 3 us more than an empty launch of the
-//! same entry (`bench/NOTES.md`, twentieth session), and the host cannot
+//! same entry (`bench/NOTES.md`, 2026-12-05: a small call's time split), and the host cannot
 //! tell where: a loop of launches is bound by the driver below that. Here
 //! each shape's launches are captured into one CUDA graph and replayed,
 //! so the time between events is the GPU's alone (each shape's outputs are

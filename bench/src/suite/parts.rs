@@ -205,7 +205,7 @@ pub fn all() -> Vec<Part> {
         Part {
             name: "soak-k4",
             about: "10,000 mixed collectives (all three kinds, types, ops, counts to 2^22, in place, 3 stream sets) at k = 4, checked every 500; 300 at small counts on the CPU execution",
-            // 93 s on an H100 (twentieth session), checking on the host.
+            // 93 s on an H100 (2026-12-05, a small call's time split), checking on the host.
             est_s: (95, 5),
             cap_s: 900,
             job: Job::Soak(4),
@@ -235,7 +235,7 @@ pub fn all() -> Vec<Part> {
             50,
         ),
         // At k = 8 the three sizes took more than 580 s on an H100
-        // (twenty-seventh session; 432 s before --rematch in the
+        // (2026-12-06, Auto side by side to 1 GiB at k = 4; 432 s before --rematch in the
         // twenty-third), past the device tool's 600 s per command, so
         // 1 GiB is a part of its own (`--only auto-large-k8` still names
         // both): the rows' exact checks, not the timed calls, take most of
@@ -262,7 +262,7 @@ pub fn all() -> Vec<Part> {
             "-g 4 -d float -o sum --collective all --algo all",
             "-b 64M -e 1G -f 4 -n 5 -w 2 --repeats 3 --direct-bytes 1300M --rematch 3",
             "-b 8 -e 4K -f 8 -n 1 -w 1 --rematch 2",
-            // 325 s with --rematch on an H100 (twenty-seventh session).
+            // 325 s with --rematch on an H100 (2026-12-06, Auto side by side to 1 GiB at k = 4).
             340,
         ),
         sweep(
@@ -271,7 +271,7 @@ pub fn all() -> Vec<Part> {
             "-g 2 -d float -o sum --collective all --algo all",
             "-b 64M -e 1G -f 4 -n 5 -w 2 --repeats 3 --direct-bytes 1560M --rematch 3",
             "-b 8 -e 4K -f 8 -n 1 -w 1 --rematch 2",
-            // About 185 s on an H100 (twenty-third session), before --rematch.
+            // About 185 s on an H100 (2026-12-06, Auto to 1 GiB), before --rematch.
             220,
         ),
         sweep(
@@ -416,7 +416,7 @@ pub fn all() -> Vec<Part> {
         Part {
             name: "soak-k8",
             about: "the soak at k = 8",
-            // 286 s on an H100 (eighteenth session, 72 G elements); at the
+            // 286 s on an H100 (2026-12-05, the first H100 run, 72 G elements); at the
             // old 170 s estimate a budget started it where it could not end.
             est_s: (300, 5),
             cap_s: 900,

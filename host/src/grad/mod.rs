@@ -96,7 +96,7 @@ impl Default for GradConfig {
 /// per GPU, where links bound the exchange (not yet measured). With
 /// virtual ranks on one H200 sparse was slower than dense at every density
 /// from 0.1% up, since there the passes over memory, not the exchange, set
-/// its cost (`bench/NOTES.md`, tenth session).
+/// its cost (`bench/NOTES.md`, 2026-12-04: the gradient layer measured part by part).
 pub const DEFAULT_DENSE_ABOVE: f64 = 0.05;
 
 /// The half-precision format of [`GradSync::all_reduce_half`].

@@ -167,7 +167,7 @@ pub const TASK_THREADS: u32 = 256;
 /// Blocks of a task launch that must fit on one SM at once: its launch
 /// bounds, so ptxas keeps it within 128 registers. At 134 (one block per
 /// SM) the histogram, compaction and residual passes ran 1.3-1.8x slower
-/// (`bench/NOTES.md`, twelfth session); at 3 or more it spills.
+/// (`bench/NOTES.md`, 2026-12-04: gradients in their buckets); at 3 or more it spills.
 pub const TASK_MIN_BLOCKS_PER_SM: u32 = 2;
 
 /// A radix select's digits: 8 bits each over the 31 magnitude bits.
