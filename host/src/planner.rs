@@ -543,6 +543,16 @@ pub fn plan(
     // so that a communicator's validity does not depend on the message size.
     let padded = needs_padding(residue, blocks.block_elems, sz);
     let sizing = sizing(dtype, opts.buffer_bytes, opts.threads, padded)?;
+    // The algorithm is chosen, and a forced one checked, even for a call
+    // with nothing to move, so that `algorithm_for` and the call agree on
+    // every count: a communicator that cannot run its forced algorithm
+    // refuses count 0 as it refuses the rest.
+    let k64 = k as u64;
+    let paths = Paths {
+        direct_half: opts.direct_half_bytes,
+        local: opts.local_blocks > 0,
+    };
+    let algorithm = choose(c, opts.algorithm, k64, n, blocks.block_elems, sz, paths)?;
     if n == 0 {
         return Ok(Plan::Nothing);
     }
@@ -558,12 +568,6 @@ pub fn plan(
             }
         });
     }
-    let k64 = k as u64;
-    let paths = Paths {
-        direct_half: opts.direct_half_bytes,
-        local: opts.local_blocks > 0,
-    };
-    let algorithm = choose(c, opts.algorithm, k64, n, blocks.block_elems, sz, paths)?;
     let channels = call_channels(c, algorithm, k64, n, sz, &opts);
     let (geometry, direct_result) = if algorithm == Algorithm::Ring {
         let g = Geometry::new(c, k64, n, sz, sizing.tile_elems, channels);

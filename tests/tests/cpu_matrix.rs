@@ -159,6 +159,17 @@ fn forced_local_where_it_cannot_run_is_refused() {
         }
         forced.synchronize().unwrap();
         assert!(recv.iter().all(|r| r.to_vec() == vec![-7.0; n]));
+        // Count 0 too: the call and `algorithm_for` agree on every count.
+        let (_, empty) = all_reduce_bufs(k, 0, |r| r as f32);
+        for (count, bufs) in [(0, &empty), (n, &bufs)] {
+            let call = forced.all_reduce(bufs, Op::Sum);
+            let asked = forced.algorithm_for::<f32>(Collective::AllReduce, count);
+            assert!(
+                matches!(call, Err(ringreduce::Error::LocalUnavailable { .. }))
+                    && matches!(asked, Err(ringreduce::Error::LocalUnavailable { .. })),
+                "k={k}, count {count}: the call gave {call:?}, algorithm_for {asked:?}"
+            );
+        }
         let auto = comm(k, cfg);
         let a = auto.algorithm_for::<f32>(Collective::AllReduce, n).unwrap();
         assert_ne!(a, ringreduce::kernels::Algorithm::Local);
