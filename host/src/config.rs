@@ -104,7 +104,13 @@ impl Default for CommConfig {
 }
 
 impl CommConfig {
-    /// Staging bytes per channel; more means fewer, larger slices.
+    /// Staging bytes per channel; more means fewer, larger slices. At
+    /// least [`Communicator::MIN_BUFFER_BYTES`](crate::Communicator::MIN_BUFFER_BYTES)
+    /// on a GPU and [`CpuCommunicator::MIN_BUFFER_BYTES`](crate::CpuCommunicator::MIN_BUFFER_BYTES)
+    /// on the CPU execution (a slot holds one unrolled round of every
+    /// producer lane, and the GPU has more lanes); creation refuses less
+    /// with [`Error::BufferTooSmall`](crate::Error::BufferTooSmall). A config
+    /// meant for both uses the larger.
     pub fn buffer_bytes(mut self, bytes: u64) -> Self {
         self.buffer_bytes = Some(bytes);
         self

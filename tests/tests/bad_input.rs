@@ -211,10 +211,21 @@ fn bad_communicators() {
         CpuCommunicator::with_config(4, CommConfig::default().buffer_bytes(1000)),
         Err(Error::BufferTooSmall { have: 1000, .. })
     ));
-    for ch in [0, 33] {
+    // The limits a user can ask for before creating one, and their edges.
+    let min = CpuCommunicator::MIN_BUFFER_BYTES;
+    assert_eq!(min, 4224);
+    assert!(CpuCommunicator::with_config(2, CommConfig::default().buffer_bytes(min)).is_ok());
+    assert!(matches!(
+        CpuCommunicator::with_config(2, CommConfig::default().buffer_bytes(min - 1)),
+        Err(Error::BufferTooSmall { need, have }) if need == min && have == min - 1
+    ));
+    assert_eq!(ringreduce::Communicator::MIN_BUFFER_BYTES, 262_272);
+    let max = CpuCommunicator::MAX_CHANNELS;
+    assert!(CpuCommunicator::with_config(2, CommConfig::default().channels(max as u32)).is_ok());
+    for ch in [0, max as u32 + 1] {
         assert!(matches!(
             CpuCommunicator::with_config(3, CommConfig::default().channels(ch)),
-            Err(Error::TooManyChannels { channels, max: 32, .. }) if channels == ch as usize
+            Err(Error::TooManyChannels { channels, max: m, .. }) if channels == ch as usize && m == max
         ));
     }
     assert!(matches!(

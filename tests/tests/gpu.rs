@@ -350,9 +350,37 @@ fn gpu_kernel_image(dev: usize) {
     }
 }
 
+/// The limits a user can ask for before creating a communicator are the
+/// ones creation enforces: the most channels that fit, and the least
+/// staging.
+fn gpu_limits_before_creation(dev: usize) {
+    for k in [1usize, 4, 8] {
+        let max = Communicator::max_channels_for(&vec![dev; k]).expect("the query");
+        let comm = Communicator::with_config(dev, k, CommConfig::default()).expect("communicator");
+        assert_eq!(max, comm.max_channels(), "k = {k}");
+        let over = CommConfig::default().channels(max as u32 + 1);
+        assert!(
+            matches!(
+                Communicator::with_config(dev, k, over),
+                Err(ringreduce::Error::TooManyChannels { max: m, .. }) if m == max
+            ),
+            "k = {k}: {} channels were not refused",
+            max + 1
+        );
+    }
+    let min = Communicator::MIN_BUFFER_BYTES;
+    assert!(Communicator::with_config(dev, 2, CommConfig::default().buffer_bytes(min)).is_ok());
+    assert!(matches!(
+        Communicator::with_config(dev, 2, CommConfig::default().buffer_bytes(min - 1)),
+        Err(ringreduce::Error::BufferTooSmall { need, .. }) if need == min
+    ));
+    println!("limits before creation: as enforced at k = 1, 4, 8");
+}
+
 fn main() -> std::process::ExitCode {
     run_gpu_tests(&[
         ("gpu_kernel_image", gpu_kernel_image),
+        ("gpu_limits_before_creation", gpu_limits_before_creation),
         ("gpu_matrix", gpu_matrix),
         ("gpu_channels", gpu_channels),
         ("gpu_small_buffer_many_chunks", gpu_small_buffer_many_chunks),

@@ -134,6 +134,14 @@ pub struct CpuCommunicator {
 }
 
 impl CpuCommunicator {
+    /// The least staging per channel ([`CommConfig::buffer_bytes`]) the CPU
+    /// execution takes: a slot for one unrolled round of its lanes.
+    pub const MIN_BUFFER_BYTES: u64 = ringreduce_kernels::plan::min_buffer_bytes(CPU_THREADS);
+
+    /// The most channels per rank ([`CommConfig::channels`]) the CPU
+    /// execution takes, whatever `k`.
+    pub const MAX_CHANNELS: usize = MAX_CHANNELS;
+
     /// `k` ranks in ring order `0..k` with the default configuration.
     pub fn new(k: usize) -> Result<Self> {
         Self::with_config(k, CommConfig::default())

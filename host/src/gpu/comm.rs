@@ -5,7 +5,7 @@ use super::buffers::{Buffers, RawBuffers};
 use super::checks::{check_devices, check_streams, check_views};
 use super::inner::Inner;
 use super::launch::enqueue;
-use super::setup::create;
+use super::setup::{create, max_channels_for};
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
@@ -74,6 +74,20 @@ pub struct Communicator {
 }
 
 impl Communicator {
+    /// The least staging per channel ([`CommConfig::buffer_bytes`]) a GPU
+    /// communicator takes: a slot for one unrolled round of its 256 lanes.
+    pub const MIN_BUFFER_BYTES: u64 = ringreduce_kernels::plan::min_buffer_bytes(GPU_THREADS);
+
+    /// The most channels per rank ([`CommConfig::channels`]) a communicator
+    /// of this placement can run, before creating one: every block of every
+    /// rank of a device must be resident at once, so it is the fewest, over
+    /// the devices, of the blocks that fit over the ranks there (at most
+    /// [`MAX_CHANNELS`](ringreduce_kernels::abi::MAX_CHANNELS)). Opens the
+    /// devices and loads nothing.
+    pub fn max_channels_for(devices: &[usize]) -> Result<usize> {
+        max_channels_for(devices)
+    }
+
     /// `k` virtual ranks on device `device`, default configuration.
     pub fn new(device: usize, k: usize) -> Result<Self> {
         Self::with_config(device, k, CommConfig::default())

@@ -52,12 +52,7 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
     if let Some(b) = config.buffer_bytes {
         crate::planner::sizing(DataType::U8, b, GPU_THREADS, true)?;
     }
-    let mut ctxs: BTreeMap<usize, Arc<CudaContext>> = BTreeMap::new();
-    for &d in devices {
-        if let Entry::Vacant(e) = ctxs.entry(d) {
-            e.insert(open_device(d)?);
-        }
-    }
+    let ctxs = open_devices(devices)?;
     let ring = ring_for(devices, &ctxs, &config, given)?;
     let mut kernels_of = HashMap::new();
     let mut max_channels = MAX_CHANNELS;
@@ -253,6 +248,42 @@ pub fn resident_blocks_of<'a>(
         per_sm = per_sm.min(driver::blocks_per_sm(f, threads)?);
     }
     Ok(per_sm * sms)
+}
+
+/// The devices of a placement, each opened once.
+fn open_devices(devices: &[usize]) -> Result<BTreeMap<usize, Arc<CudaContext>>> {
+    let mut ctxs = BTreeMap::new();
+    for &d in devices {
+        if let Entry::Vacant(e) = ctxs.entry(d) {
+            e.insert(open_device(d)?);
+        }
+    }
+    Ok(ctxs)
+}
+
+/// The most channels per rank of a placement whose devices are `ctxs`:
+/// what [`create`] gives when the config names none.
+fn max_of(ctxs: &BTreeMap<usize, Arc<CudaContext>>, devices: &[usize]) -> Result<usize> {
+    let mut max = MAX_CHANNELS;
+    for (&d, ctx) in ctxs {
+        let here = devices.iter().filter(|&&x| x == d).count();
+        let blocks = resident_by_bounds(ctx, Args::Batch)?;
+        max = max.min(channels_that_fit(
+            ctx,
+            blocks,
+            here,
+            &CommConfig::default(),
+        )?);
+    }
+    Ok(max)
+}
+
+/// [`max_of`] for a placement, before any communicator exists.
+pub fn max_channels_for(devices: &[usize]) -> Result<usize> {
+    if devices.is_empty() {
+        return Err(Error::ZeroRanks);
+    }
+    max_of(&open_devices(devices)?, devices)
 }
 
 /// Channels per rank when `here` ranks share the device (`blocks` fit on
