@@ -98,7 +98,8 @@ pub struct BenchArgs {
     #[arg(long = "rematch", default_value_t = 0)]
     pub rematch: usize,
     /// Direct staging per rank (each of its two halves); default the
-    /// library's (2 MiB). A forced direct algorithm needs the call to fit.
+    /// library's (`DEFAULT_DIRECT_HALF_BYTES`, 8 MiB). A forced direct
+    /// algorithm needs the call to fit.
     #[arg(long = "direct-bytes", value_parser = size_arg)]
     pub direct_bytes: Option<u64>,
     /// Ring order: user ranks in ring order, comma separated.

@@ -517,7 +517,12 @@ fn type_sweep<C: Clock, T: RsElement + FromSmall>(
             size: p.size,
             count: p.count,
             dtype: p.dtype.name().into(),
-            op: p.op.name().into(),
+            // As nccl-tests prints it: an all-gather reduces nothing.
+            op: if c == Collective::AllGather {
+                "none".into()
+            } else {
+                p.op.name().into()
+            },
             root: -1,
             channels: comm.channels_for::<T>(c, n)? as u64,
             algorithm: comm.algorithm_for::<T>(c, n)?.name().into(),

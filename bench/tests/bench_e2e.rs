@@ -76,6 +76,11 @@ fn cpu_run_end_to_end() {
     for c in ["reduce_scatter", "all_gather", "all_reduce"] {
         assert!(report.rows.iter().any(|r| r.collective == c));
     }
+    // As nccl-tests prints them: an all-gather's redop is `none`.
+    assert!(report
+        .rows
+        .iter()
+        .all(|r| (r.op == "none") == (r.collective == "all_gather")));
     assert_eq!(report.out_of_bounds, 0);
     assert!(report.command_line.iter().any(|a| a == "--cpu"));
     assert!(report
