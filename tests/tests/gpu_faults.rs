@@ -307,6 +307,8 @@ fn missing_rank(dev: usize, c: Collective) {
     let err = comm.synchronize().expect_err("must time out");
     let took = t0.elapsed();
     println!("gpu {} missing rank: {took:?}: {err}", c.name());
+    // A wait gives up no earlier than its timeout, and not much later.
+    assert!(took >= timeout, "gave up early, after {took:?}");
     assert!(took < timeout + Duration::from_secs(1));
     assert!(matches!(&err, Error::Timeout(t) if t.peer == missing));
     let (pred, succ) = comm.ring_order().neighbours(missing);
@@ -348,6 +350,7 @@ fn gpu_direct_faults(dev: usize) {
                 algo.name(),
                 c.name()
             );
+            assert!(took >= timeout, "gave up early, after {took:?}");
             assert!(took < timeout + Duration::from_secs(1));
             for (u, e) in comm.rank_errors().iter().enumerate() {
                 if u != missing {
