@@ -102,9 +102,9 @@ pub unsafe fn transfer<
         scalar::<T, O, THREADS, MODE, DST2, true>(tid, dst, dst2, incoming, own, 0, n, k);
         return;
     }
-    // The head and the tail are each shorter than a pack, so fewer than
-    // `THREADS` elements: one per lane at most, and unrolling them would
-    // only add code to every module.
+    // The head and the tail are each shorter than a pack (at most 15
+    // elements): on the GPU's 256 lanes one element per lane at most, so
+    // unrolling them would only add code to every module.
     let head = scalar_head::<T>(dst, n, true);
     scalar::<T, O, THREADS, MODE, DST2, false>(tid, dst, dst2, incoming, own, 0, head, k);
     if head == n {
