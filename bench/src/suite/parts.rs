@@ -282,8 +282,8 @@ pub fn all() -> Vec<Part> {
             "-b 8 -e 8 -n 1 -w 1",
             15,
         ),
-        // The six size sweeps took 24-49 s each on an H100 (twenty-sixth
-        // session); the estimates allow about twice that.
+        // The six size sweeps took 24-49 s each on an H100 (2026-12-06,
+        // mbarrier hand-off); the estimates allow about twice that.
         sweep(
             "bench-sweep-k4-auto",
             "size sweep of all three collectives, k = 4, f32 sum, 8 B to 1 GiB, factor 4, auto (local on one GPU), automatic channels",
