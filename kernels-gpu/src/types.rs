@@ -26,19 +26,23 @@ pub enum Collective {
     AllReduce = 2,
 }
 
-// `ALL[v]` has value `v`, which `from_u64` and its tests rely on.
-const _: () = {
-    let mut i = 0;
-    while i < Collective::ALL.len() {
-        assert!(Collective::ALL[i] as usize == i);
-        i += 1;
-    }
-    let mut i = 0;
-    while i < Algorithm::ALL.len() {
-        assert!(Algorithm::ALL[i] as usize == i);
-        i += 1;
-    }
-};
+/// Asserts at compile time that `$t::ALL[v]` has value `v`, which the
+/// enums' `from_u64` and its tests rely on.
+macro_rules! all_in_value_order {
+    ($t:ty) => {
+        const _: () = {
+            let mut i = 0;
+            while i < <$t>::ALL.len() {
+                assert!(<$t>::ALL[i] as usize == i);
+                i += 1;
+            }
+        };
+    };
+}
+pub(crate) use all_in_value_order;
+
+all_in_value_order!(Collective);
+all_in_value_order!(Algorithm);
 
 impl Collective {
     /// Every value, in discriminant order (so `ALL[v]` has value `v`).

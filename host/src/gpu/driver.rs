@@ -214,13 +214,8 @@ impl Event {
     /// Both streams must be live, on the event's context.
     #[inline]
     pub unsafe fn order(&self, on: sys::CUstream, waiter: sys::CUstream) -> Result<()> {
-        result::event::record(self.raw, on)?;
-        result::stream::wait_event(
-            waiter,
-            self.raw,
-            sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-        )?;
-        Ok(())
+        self.record(on)?;
+        self.wait_on(waiter)
     }
 
     /// Records the event on `on`.

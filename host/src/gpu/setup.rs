@@ -63,11 +63,10 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
         // Nothing is loaded yet: each kernel is, by the first call that
         // runs it, and its launch bounds say how many of its blocks fit.
         let kernels = Kernels::of(ctx)?;
-        let here = devices.iter().filter(|&&x| x == d).count();
-        let blocks = resident_by_bounds(ctx, Args::Batch)?;
+        let (here, blocks, channels) = device_fit(ctx, devices, d, &config)?;
         local_resident = local_resident.min(resident_by_bounds(ctx, Args::Local)?);
         resident_blocks = resident_blocks.min(blocks);
-        max_channels = max_channels.min(channels_that_fit(ctx, blocks, here, &config)?);
+        max_channels = max_channels.min(channels);
         most_here = most_here.max(here);
         kernels_of.insert(d, kernels);
     }
@@ -261,19 +260,26 @@ fn open_devices(devices: &[usize]) -> Result<BTreeMap<usize, Arc<CudaContext>>> 
     Ok(ctxs)
 }
 
+/// One device `d` of a placement: the ranks on it, the blocks of the
+/// collective entries that fit on it at once, and the channels per rank
+/// that leaves (or `config`'s, checked).
+fn device_fit(
+    ctx: &Arc<CudaContext>,
+    devices: &[usize],
+    d: usize,
+    config: &CommConfig,
+) -> Result<(usize, usize, usize)> {
+    let here = devices.iter().filter(|&&x| x == d).count();
+    let blocks = resident_by_bounds(ctx, Args::Batch)?;
+    Ok((here, blocks, channels_that_fit(ctx, blocks, here, config)?))
+}
+
 /// The most channels per rank of a placement whose devices are `ctxs`:
 /// what [`create`] gives when the config names none.
 fn max_of(ctxs: &BTreeMap<usize, Arc<CudaContext>>, devices: &[usize]) -> Result<usize> {
     let mut max = MAX_CHANNELS;
     for (&d, ctx) in ctxs {
-        let here = devices.iter().filter(|&&x| x == d).count();
-        let blocks = resident_by_bounds(ctx, Args::Batch)?;
-        max = max.min(channels_that_fit(
-            ctx,
-            blocks,
-            here,
-            &CommConfig::default(),
-        )?);
+        max = max.min(device_fit(ctx, devices, d, &CommConfig::default())?.2);
     }
     Ok(max)
 }

@@ -53,14 +53,7 @@ pub enum TaskKind {
     ResidualUntied = 14,
 }
 
-// `ALL[v]` has value `v`, which `from_u64` relies on.
-const _: () = {
-    let mut i = 0;
-    while i < TaskKind::ALL.len() {
-        assert!(TaskKind::ALL[i] as usize == i);
-        i += 1;
-    }
-};
+crate::types::all_in_value_order!(TaskKind);
 
 impl TaskKind {
     pub const ALL: [TaskKind; 15] = [
