@@ -16,16 +16,6 @@ pub const ALGO_ENV: &str = "RINGREDUCE_ALGO";
 /// reduced blocks).
 pub const DEFAULT_DIRECT_HALF_BYTES: u64 = 8 << 20;
 
-/// Channels every direct call runs (fewer when a rank has fewer): all of
-/// them take part in every call, so that their epochs, and with them the
-/// staging half in use, stay equal (see `ringreduce_kernels::direct`).
-pub const DIRECT_CHANNELS: u64 = 4;
-
-/// The channels of every direct call on ranks that have `max_channels`.
-pub fn direct_channels(max_channels: u64) -> u64 {
-    DIRECT_CHANNELS.clamp(1, max_channels.max(1))
-}
-
 // `Auto`'s thresholds, in bytes of one rank's input, from the H200 latency
 // sweeps at k = 2, 4 and 8 virtual ranks (`bench/NOTES.md`, 2026-12-04,
 // 2026-12-04, direct collectives and one launch): each is the last size where the direct form was the

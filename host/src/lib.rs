@@ -63,6 +63,7 @@
 #![deny(missing_docs)]
 
 pub mod algorithm;
+mod channels;
 mod collectives;
 pub mod config;
 pub mod cpu;
@@ -85,6 +86,7 @@ mod topology;
 #[doc(hidden)]
 pub mod internals {
     pub use crate::algorithm::direct_layout;
+    pub use crate::channels::*;
     pub use crate::planner::*;
 }
 

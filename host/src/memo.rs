@@ -11,7 +11,8 @@
 //! by one offset, or after validation otherwise (2026-12-06, moved buffers re-point a kept plan).
 
 use crate::error::Result;
-use crate::planner::{moved_whole, plan, repoint, repointable, BufferSpan, CallOpts, Plan};
+use crate::planner::{addresses, plan, BufferSpan, CallOpts, Plan};
+use ringreduce_kernels::plan::PACK_BYTES;
 use ringreduce_kernels::{Collective, DataType};
 
 /// Plans kept: enough for the few distinct calls a step alternates
@@ -186,6 +187,58 @@ impl PlanMemo {
             spans: spans.to_vec(),
         };
         Ok((key, p))
+    }
+}
+
+/// Whether `kept`, a launch [`plan`](crate::planner::plan) made for buffers of the same lengths
+/// with every other input the same, becomes `plan`'s result for `bufs` by
+/// [`repoint`] alone: `bufs` pass [`validate`](crate::planner::validate) (its error otherwise, as
+/// `plan`'s) and share `kept`'s alignment residue, the one thing besides
+/// the pointers that the addresses decide. A loop that moves its buffers
+/// (nccl-tests does) then pays a check, not a plan, per call.
+fn repointable(c: Collective, kept: &Plan, bufs: &[BufferSpan], dtype: DataType) -> Result<bool> {
+    let Plan::Launch { aligned, works, .. } = kept else {
+        return Ok(false);
+    };
+    let (_, residue) = addresses(c, bufs, works.len(), dtype)?;
+    Ok(residue == aligned.then(|| works[0].residue))
+}
+
+/// Whether `bufs` are `old` (for which `kept`, a launch, was planned)
+/// moved together by one offset, a multiple of [`PACK_BYTES`], with no
+/// address wrapping and none null: everything [`validate`](crate::planner::validate) and the
+/// residue check is unchanged by such a move, so [`repoint`] alone gives
+/// `plan`'s result, in a pass over the ranks instead of `validate`'s k^2
+/// overlap test. That is how a loop over per-rank buffers laid out alike
+/// moves (bucket views at one offset; nccl-tests' shifting).
+fn moved_whole(kept: &Plan, old: &[BufferSpan], bufs: &[BufferSpan], dtype: DataType) -> bool {
+    let (Plan::Launch { .. }, Some(o), Some(b)) = (kept, old.first(), bufs.first()) else {
+        return false;
+    };
+    let d = b.send.wrapping_sub(o.send) as i64;
+    let sz = dtype.size();
+    let moved = |from: u64, to: u64, len: u64| {
+        from.checked_add_signed(d) == Some(to)
+            && to != 0
+            && to.checked_add(len.saturating_mul(sz)).is_some()
+    };
+    // A multiple of the pack is one of every element size too.
+    d.rem_euclid(PACK_BYTES as i64) == 0
+        && old.len() == bufs.len()
+        && old.iter().zip(bufs).all(|(o, b)| {
+            (o.send_len, o.recv_len) == (b.send_len, b.recv_len)
+                && moved(o.send, b.send, b.send_len)
+                && moved(o.recv, b.recv, b.recv_len)
+        })
+}
+
+/// Points a launch plan's works at `bufs` (user-rank order); see
+/// [`repointable`].
+fn repoint(plan: &mut Plan, bufs: &[BufferSpan]) {
+    if let Plan::Launch { works, .. } = plan {
+        for (w, b) in works.iter_mut().zip(bufs) {
+            (w.send, w.recv) = (b.send, b.recv);
+        }
     }
 }
 

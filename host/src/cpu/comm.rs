@@ -1,6 +1,7 @@
 //! The CPU communicator: the same ring engine, run by OS threads.
 
 use super::buffer::{HostMem, HostView, UseGuard};
+use crate::channels::cpu_channels;
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
@@ -48,11 +49,6 @@ impl<T> CpuBuffers<T> {
         CpuBuffers::InPlace(buf)
     }
 }
-
-/// Channels a CPU rank has when the config leaves the count to the size
-/// of each call: enough to exercise the channel split, few enough for a
-/// small machine's threads.
-pub const CPU_AUTO_CHANNELS: usize = 4;
 
 pub(super) type Job = Box<dyn FnOnce() + Send>;
 
@@ -156,17 +152,7 @@ impl CpuCommunicator {
         // Fail early on a staging buffer that cannot hold even one slice.
         let staging = config.buffer_bytes.unwrap_or(DEFAULT_BUFFER_BYTES);
         crate::planner::sizing(ringreduce_kernels::DataType::U8, staging, CPU_THREADS, true)?;
-        let channels = match config.channels {
-            Some(c) if c == 0 || c as usize > MAX_CHANNELS => {
-                return Err(Error::TooManyChannels {
-                    channels: c as usize,
-                    max: MAX_CHANNELS,
-                    device: 0,
-                })
-            }
-            Some(c) => c as usize,
-            None => CPU_AUTO_CHANNELS,
-        };
+        let channels = cpu_channels(config.channels)?;
         let half = config.effective_direct_bytes();
         let ready_words = MAX_CHANNELS * (DIRECT_FLAG_STRIDE / 8) as usize;
         let ranks: Vec<CpuRank> = (0..k)

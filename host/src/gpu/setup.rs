@@ -5,6 +5,7 @@
 use super::driver::{self, enable_peer_access, open_device, p2p_link, DeviceAlloc, MappedHost};
 use super::inner::{launch_groups, Group, Inner, Rank};
 use super::module::Kernels;
+use crate::channels::{channels_that_fit, Fit};
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
 use crate::memo::PlanMemo;
@@ -271,7 +272,14 @@ fn device_fit(
 ) -> Result<(usize, usize, usize)> {
     let here = devices.iter().filter(|&&x| x == d).count();
     let blocks = resident_by_bounds(ctx, Args::Batch)?;
-    Ok((here, blocks, channels_that_fit(ctx, blocks, here, config)?))
+    let fit = Fit {
+        device: ctx.ordinal(),
+        threads: BLOCK_THREADS as usize,
+        batch: BATCH_RANKS,
+        grids: MAX_RESIDENT_GRIDS,
+    };
+    let channels = channels_that_fit(blocks, here, config.channels, fit)?;
+    Ok((here, blocks, channels))
 }
 
 /// The most channels per rank of a placement whose devices are `ctxs`:
@@ -290,37 +298,6 @@ pub fn max_channels_for(devices: &[usize]) -> Result<usize> {
         return Err(Error::ZeroRanks);
     }
     max_of(&open_devices(devices)?, devices)
-}
-
-/// Channels per rank when `here` ranks share the device (`blocks` fit on
-/// it at once): every block of every rank must be resident at once, since
-/// they wait on each other. A configured count must fit; otherwise as many
-/// as fit, up to [`MAX_CHANNELS`].
-fn channels_that_fit(
-    ctx: &Arc<CudaContext>,
-    blocks: usize,
-    here: usize,
-    config: &CommConfig,
-) -> Result<usize> {
-    let threads = BLOCK_THREADS as usize;
-    let max = (blocks / here.max(1)).min(MAX_CHANNELS);
-    if here.div_ceil(BATCH_RANKS) > MAX_RESIDENT_GRIDS || max == 0 {
-        return Err(Error::TooManyRanks {
-            k: here,
-            max: blocks.min(MAX_RESIDENT_GRIDS * BATCH_RANKS),
-            device: ctx.ordinal(),
-            threads,
-        });
-    }
-    match config.channels {
-        Some(c) if c == 0 || c as usize > max => Err(Error::TooManyChannels {
-            channels: c as usize,
-            max,
-            device: ctx.ordinal(),
-        }),
-        Some(c) => Ok(c as usize),
-        None => Ok(max),
-    }
 }
 
 #[cfg(test)]
