@@ -3,17 +3,15 @@
 //! benches and layers above (gradient synchronisation) are written once.
 
 use crate::config::CommConfig;
-use crate::cpu::{CpuBuffers, CpuCommunicator, HostBuffer};
 use crate::element::RsElement;
 use crate::error::{Error, Result};
-use crate::gpu::{Buffers, Communicator};
+use crate::front::{Backend, Comm};
 use crate::ring::RingOrder;
-use cudarc::driver::CudaSlice;
 use ringreduce_kernels::{Algorithm, Collective, Op};
 use std::ops::Range;
 
 /// One rank's part of a collective: element ranges of its buffers, with
-/// the shapes of [`Buffers`].
+/// the shapes of [`Buffers`](crate::Buffers).
 pub enum Region<'a, B> {
     /// Input and output in separate buffers.
     OutOfPlace {
@@ -41,9 +39,13 @@ pub enum Region<'a, B> {
 /// every rank's work is queued.
 ///
 /// [`streams`]: Communicator::streams
-pub trait Collectives {
+pub trait Collectives: Sized {
     /// A buffer of `T` on one rank.
     type Buf<T: RsElement>;
+
+    /// `k` ranks set up by `config`: the one constructor generic code
+    /// calls (see [`Comm::create`]).
+    fn create(k: usize, config: CommConfig) -> Result<Self>;
 
     /// Ranks.
     fn k(&self) -> usize;
@@ -123,7 +125,12 @@ pub trait Collectives {
 }
 
 /// A range past a buffer's end, as the library's error.
-fn check_range(rank: usize, which: &'static str, r: &Range<usize>, len: usize) -> Result<()> {
+pub(crate) fn check_range(
+    rank: usize,
+    which: &'static str,
+    r: &Range<usize>,
+    len: usize,
+) -> Result<()> {
     if r.start > r.end || r.end > len {
         return Err(Error::BufferOutOfBounds {
             rank,
@@ -137,7 +144,7 @@ fn check_range(rank: usize, which: &'static str, r: &Range<usize>, len: usize) -
 
 /// Every region's ranges within its buffers (`len` gives a buffer's
 /// elements), before any is sliced.
-fn check_regions<B>(regions: &[Region<'_, B>], len: impl Fn(&B) -> usize) -> Result<()> {
+pub(crate) fn check_regions<B>(regions: &[Region<'_, B>], len: impl Fn(&B) -> usize) -> Result<()> {
     for (u, r) in regions.iter().enumerate() {
         match r {
             Region::OutOfPlace {
@@ -155,72 +162,9 @@ fn check_regions<B>(regions: &[Region<'_, B>], len: impl Fn(&B) -> usize) -> Res
     Ok(())
 }
 
-impl Collectives for Communicator {
-    type Buf<T: RsElement> = CudaSlice<T>;
-
-    fn k(&self) -> usize {
-        Communicator::k(self)
-    }
-    fn ring_order(&self) -> &RingOrder {
-        Communicator::ring_order(self)
-    }
-    fn config(&self) -> &CommConfig {
-        Communicator::config(self)
-    }
-    fn max_channels(&self) -> usize {
-        Communicator::max_channels(self)
-    }
-    fn algorithm_for<T: RsElement>(&self, c: Collective, n: usize) -> Result<Algorithm> {
-        Communicator::algorithm_for::<T>(self, c, n)
-    }
-    fn channels_for<T: RsElement>(&self, c: Collective, n: usize) -> Result<usize> {
-        Communicator::channels_for::<T>(self, c, n)
-    }
-    fn upload<T: RsElement>(&self, rank: usize, data: &[T]) -> Result<CudaSlice<T>> {
-        Ok(self.streams()[rank].clone_htod(data)?)
-    }
-    fn len_of<T: RsElement>(buf: &CudaSlice<T>) -> usize {
-        buf.len()
-    }
-    fn read<T: RsElement>(
-        &self,
-        rank: usize,
-        buf: &CudaSlice<T>,
-        at: Range<usize>,
-    ) -> Result<Vec<T>> {
-        check_range(rank, "buffer", &at, buf.len())?;
-        Ok(self.streams()[rank].clone_dtoh(&buf.slice(at))?)
-    }
-    fn write<T: RsElement>(
-        &self,
-        rank: usize,
-        buf: &mut CudaSlice<T>,
-        at: usize,
-        data: &[T],
-    ) -> Result<()> {
-        let r = at..at.saturating_add(data.len());
-        check_range(rank, "buffer", &r, buf.len())?;
-        Ok(self.streams()[rank].memcpy_htod(data, &mut buf.slice_mut(r))?)
-    }
-    fn collective<T: RsElement>(
-        &self,
-        c: Collective,
-        regions: &mut [Region<'_, CudaSlice<T>>],
-        op: Op,
-    ) -> Result<()> {
-        gpu_collective(self, c, regions, op, self.streams())
-    }
-    fn synchronize(&self) -> Result<()> {
-        Communicator::synchronize(self)
-    }
-    fn abort(&self) {
-        Communicator::abort(self)
-    }
-}
-
 /// One backend's buffer views of `regions`: `out_of_place(send, send_at,
 /// recv, recv_at)` or `in_place(buf, at)` for each.
-fn views<'r, B, V>(
+pub(crate) fn views<'r, B, V>(
     regions: &'r mut [Region<'_, B>],
     mut out_of_place: impl FnMut(&'r B, Range<usize>, &'r mut B, Range<usize>) -> V,
     mut in_place: impl FnMut(&'r mut B, Range<usize>) -> V,
@@ -239,92 +183,60 @@ fn views<'r, B, V>(
         .collect()
 }
 
-/// A GPU collective over regions, on `streams`.
-pub(crate) fn gpu_collective<T: RsElement>(
-    comm: &Communicator,
-    c: Collective,
-    regions: &mut [Region<'_, CudaSlice<T>>],
-    op: Op,
-    streams: &[std::sync::Arc<cudarc::driver::CudaStream>],
-) -> Result<()> {
-    check_regions(regions, |b| b.len())?;
-    let mut bufs = views(
-        regions,
-        |send, send_at, recv, recv_at| {
-            Buffers::out_of_place(send.slice(send_at), recv.slice_mut(recv_at))
-        },
-        |buf, at| Buffers::in_place(buf.slice_mut(at)),
-    );
-    Communicator::collective(comm, c, &mut bufs, op, streams)
-}
+impl<B: Backend> Collectives for Comm<B> {
+    type Buf<T: RsElement> = B::Buf<T>;
 
-impl Collectives for CpuCommunicator {
-    type Buf<T: RsElement> = HostBuffer<T>;
-
+    fn create(k: usize, config: CommConfig) -> Result<Self> {
+        Comm::create(k, config)
+    }
     fn k(&self) -> usize {
-        CpuCommunicator::k(self)
+        Comm::k(self)
     }
     fn ring_order(&self) -> &RingOrder {
-        CpuCommunicator::ring_order(self)
+        Comm::ring_order(self)
     }
     fn config(&self) -> &CommConfig {
-        CpuCommunicator::config(self)
+        Comm::config(self)
     }
     fn max_channels(&self) -> usize {
-        CpuCommunicator::max_channels(self)
+        Comm::max_channels(self)
     }
     fn algorithm_for<T: RsElement>(&self, c: Collective, n: usize) -> Result<Algorithm> {
-        CpuCommunicator::algorithm_for::<T>(self, c, n)
+        Comm::algorithm_for::<T>(self, c, n)
     }
     fn channels_for<T: RsElement>(&self, c: Collective, n: usize) -> Result<usize> {
-        CpuCommunicator::channels_for::<T>(self, c, n)
+        Comm::channels_for::<T>(self, c, n)
     }
-    fn upload<T: RsElement>(&self, _rank: usize, data: &[T]) -> Result<HostBuffer<T>> {
-        Ok(HostBuffer::from_slice(data))
+    fn upload<T: RsElement>(&self, rank: usize, data: &[T]) -> Result<B::Buf<T>> {
+        self.b.upload(rank, data)
     }
-    fn len_of<T: RsElement>(buf: &HostBuffer<T>) -> usize {
-        buf.len()
+    fn len_of<T: RsElement>(buf: &B::Buf<T>) -> usize {
+        B::len_of(buf)
     }
-    fn read<T: RsElement>(
-        &self,
-        rank: usize,
-        buf: &HostBuffer<T>,
-        at: Range<usize>,
-    ) -> Result<Vec<T>> {
-        check_range(rank, "buffer", &at, buf.len())?;
-        buf.read(at)
+    fn read<T: RsElement>(&self, rank: usize, buf: &B::Buf<T>, at: Range<usize>) -> Result<Vec<T>> {
+        self.b.read(rank, buf, at)
     }
     fn write<T: RsElement>(
         &self,
         rank: usize,
-        buf: &mut HostBuffer<T>,
+        buf: &mut B::Buf<T>,
         at: usize,
         data: &[T],
     ) -> Result<()> {
-        let r = at..at.saturating_add(data.len());
-        check_range(rank, "buffer", &r, buf.len())?;
-        buf.write(at, data)
+        self.b.write(rank, buf, at, data)
     }
     fn collective<T: RsElement>(
         &self,
         c: Collective,
-        regions: &mut [Region<'_, HostBuffer<T>>],
+        regions: &mut [Region<'_, B::Buf<T>>],
         op: Op,
     ) -> Result<()> {
-        check_regions(regions, |b| b.len())?;
-        let bufs = views(
-            regions,
-            |send, send_at, recv, recv_at| {
-                CpuBuffers::out_of_place(send.view_within(send_at), recv.view_within(recv_at))
-            },
-            |buf, at| CpuBuffers::in_place(buf.view_within(at)),
-        );
-        CpuCommunicator::collective(self, c, &bufs, op)
+        B::regions(self, c, regions, op)
     }
     fn synchronize(&self) -> Result<()> {
-        CpuCommunicator::synchronize(self)
+        Comm::synchronize(self)
     }
     fn abort(&self) {
-        CpuCommunicator::abort(self)
+        Comm::abort(self)
     }
 }

@@ -85,6 +85,10 @@ pub struct CommConfig {
     /// direct algorithms, as if its ranks spanned devices: their fold
     /// orders and their code, to compare with or to test.
     pub local: bool,
+    /// The GPU of each rank, for [`Comm::create`](crate::Comm::create)
+    /// (`None`: every rank on device 0). The CPU execution has no devices
+    /// and ignores it.
+    pub devices: Option<Vec<usize>>,
 }
 
 impl Default for CommConfig {
@@ -99,15 +103,15 @@ impl Default for CommConfig {
             algorithm: None,
             direct_bytes: None,
             local: true,
+            devices: None,
         }
     }
 }
 
 impl CommConfig {
     /// Staging bytes per channel; more means fewer, larger slices. At
-    /// least [`Communicator::MIN_BUFFER_BYTES`](crate::Communicator::MIN_BUFFER_BYTES)
-    /// on a GPU and [`CpuCommunicator::MIN_BUFFER_BYTES`](crate::CpuCommunicator::MIN_BUFFER_BYTES)
-    /// on the CPU execution (a slot holds one unrolled round of every
+    /// least [`Comm::MIN_BUFFER_BYTES`](crate::Comm::MIN_BUFFER_BYTES) of
+    /// the backend: 262,272 on a GPU and 4,224 on the CPU execution (a slot holds one unrolled round of every
     /// producer lane, and the GPU has more lanes); creation refuses less
     /// with [`Error::BufferTooSmall`](crate::Error::BufferTooSmall). A config
     /// meant for both uses the larger.
@@ -193,6 +197,25 @@ impl CommConfig {
     pub fn direct_bytes(mut self, bytes: u64) -> Self {
         self.direct_bytes = Some(bytes);
         self
+    }
+
+    /// Places rank `u` on GPU `devices[u]` (see [`CommConfig::devices`]).
+    pub fn devices(mut self, devices: Vec<usize>) -> Self {
+        self.devices = Some(devices);
+        self
+    }
+
+    /// The device of each of `k` ranks: the configured list, which must
+    /// have one per rank, or device 0 for all.
+    pub fn devices_for(&self, k: usize) -> Result<Vec<usize>> {
+        match &self.devices {
+            Some(d) if d.len() != k => Err(crate::Error::DeviceListLength {
+                devices: d.len(),
+                k,
+            }),
+            Some(d) => Ok(d.clone()),
+            None => Ok(vec![0; k]),
+        }
     }
 
     /// Lets the local algorithm run, or not (see [`CommConfig::local`]).

@@ -144,6 +144,15 @@ pub enum Error {
     /// `auto`, `ring`, `one-shot`, `two-shot` or `local`.
     #[error("unknown algorithm {0:?}: use auto, ring, one-shot, two-shot or local")]
     UnknownAlgorithm(String),
+    /// [`CommConfig::devices`](crate::CommConfig::devices) does not name
+    /// one device per rank.
+    #[error("the config lists {devices} devices for {k} ranks: one per rank")]
+    DeviceListLength {
+        /// Devices listed ([`CommConfig::devices`](crate::CommConfig::devices)).
+        devices: usize,
+        /// Ranks.
+        k: usize,
+    },
     /// Not one buffer pair per rank.
     #[error("{got} buffer pairs given for {k} ranks")]
     WrongBufferCount {

@@ -14,7 +14,7 @@ use ringreduce_kernels::{Algorithm, Collective, Geometry, StatusRecord};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-pub(crate) struct CommState {
+pub struct CommState {
     pub ring: RingOrder,
     pub config: CommConfig,
     /// Channels every rank has (and status records per rank).

@@ -70,7 +70,7 @@ impl Drop for HostMem {
 }
 
 /// Marks a buffer in use by one enqueued collective until dropped.
-pub(crate) struct UseGuard(Arc<HostMem>);
+pub struct UseGuard(Arc<HostMem>);
 
 impl Drop for UseGuard {
     fn drop(&mut self) {

@@ -1,10 +1,13 @@
-//! The CPU communicator: the same ring engine, run by OS threads.
+//! The CPU backend: the same kernels, run by OS threads, under the one
+//! front end ([`Comm`]).
 
-use super::buffer::{HostMem, HostView, UseGuard};
+use super::buffer::{HostBuffer, HostMem, HostView, UseGuard};
 use crate::channels::cpu_channels;
+use crate::collectives::{check_range, check_regions, views, Region};
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
+use crate::front::{Comm, Engine};
 use crate::memo::PlanMemo;
 use crate::planner::{connect, BufferSpan, ChannelWiring, Plan, RankWiring};
 use crate::ring::RingOrder;
@@ -16,7 +19,8 @@ use ringreduce_kernels::catalogue;
 use ringreduce_kernels::cpu::{run_local, run_rank, BlockSync, Lane, Trap, Trapped};
 use ringreduce_kernels::plan::DEFAULT_BUFFER_BYTES;
 use ringreduce_kernels::types::{Algorithm, Collective};
-use ringreduce_kernels::{Op, StatusRecord};
+use ringreduce_kernels::{DataType, Op, StatusRecord};
+use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
@@ -96,7 +100,7 @@ struct Inner {
     trap: Trap,
 }
 
-/// A communicator over `k` ranks that runs the ring reduce-scatter on CPU
+/// The CPU execution's communicator: `k` ranks on CPU
 /// threads: each rank is a worker thread (its "stream") that runs every
 /// collective's block as `CPU_THREADS + 1` OS threads. The protocol, the
 /// sizing and the kernel code are the GPU's; only the [`Device`] differs.
@@ -124,16 +128,19 @@ struct Inner {
 /// ```
 ///
 /// [`Device`]: ringreduce_kernels::Device
-pub struct CpuCommunicator {
+pub type CpuCommunicator = Comm<CpuBackend>;
+
+/// The CPU backend of [`Comm`]: each rank's memory in host memory, and a
+/// worker thread per rank.
+pub struct CpuBackend {
     inner: Arc<Inner>,
+    /// Each rank's connection address (`ranks[u].conn`), as the planner
+    /// takes them.
+    conns: Vec<u64>,
     workers: Vec<Worker>,
 }
 
 impl CpuCommunicator {
-    /// The least staging per channel ([`CommConfig::buffer_bytes`]) the CPU
-    /// execution takes: a slot for one unrolled round of its lanes.
-    pub const MIN_BUFFER_BYTES: u64 = ringreduce_kernels::plan::min_buffer_bytes(CPU_THREADS);
-
     /// The most channels per rank ([`CommConfig::channels`]) the CPU
     /// execution takes, whatever `k`.
     pub const MAX_CHANNELS: usize = MAX_CHANNELS;
@@ -143,8 +150,80 @@ impl CpuCommunicator {
         Self::with_config(k, CommConfig::default())
     }
 
-    /// `k` ranks on CPU threads, set up by `config`.
+    /// `k` ranks on CPU threads, set up by `config` (as
+    /// [`Comm::create`]).
     pub fn with_config(k: usize, config: CommConfig) -> Result<Self> {
+        Self::create(k, config)
+    }
+
+    /// Enqueues a reduce-scatter: `bufs[u]` are user rank `u`'s buffers. It
+    /// returns once every rank's work is queued; the buffers' host accessors
+    /// wait for it, and [`synchronize`](Comm::synchronize) reports how it
+    /// ended.
+    pub fn reduce_scatter<T: RsElement>(&self, bufs: &[CpuBuffers<T>], op: Op) -> Result<()> {
+        self.collective(Collective::ReduceScatter, bufs, op)
+    }
+
+    /// Enqueues an all-gather, like [`reduce_scatter`](Self::reduce_scatter).
+    pub fn all_gather<T: RsElement>(&self, bufs: &[CpuBuffers<T>]) -> Result<()> {
+        self.collective(Collective::AllGather, bufs, Op::Sum)
+    }
+
+    /// Enqueues an all-reduce, like [`reduce_scatter`](Self::reduce_scatter).
+    pub fn all_reduce<T: RsElement>(&self, bufs: &[CpuBuffers<T>], op: Op) -> Result<()> {
+        self.collective(Collective::AllReduce, bufs, op)
+    }
+
+    /// Any collective, like [`reduce_scatter`](Self::reduce_scatter) (an
+    /// all-gather ignores `op`).
+    pub fn collective<T: RsElement>(
+        &self,
+        c: Collective,
+        bufs: &[CpuBuffers<T>],
+        op: Op,
+    ) -> Result<()> {
+        self.begin(bufs.len())?;
+        let (k, sz) = (self.k(), std::mem::size_of::<T>() as u64);
+        let mut spans = Vec::with_capacity(k);
+        let mut holds = Vec::with_capacity(k);
+        for (u, b) in bufs.iter().enumerate() {
+            let (span, hold) = match b {
+                CpuBuffers::OutOfPlace { send, recv } => (
+                    BufferSpan {
+                        send: send.addr(),
+                        send_len: send.len() as u64,
+                        recv: recv.addr(),
+                        recv_len: recv.len() as u64,
+                    },
+                    vec![send.mem.begin_use(), recv.mem.begin_use()],
+                ),
+                CpuBuffers::InPlace(v) => (
+                    BufferSpan::in_place(c, v.addr(), v.len() as u64, k, u, sz)?,
+                    vec![v.mem.begin_use()],
+                ),
+            };
+            spans.push(span);
+            holds.push(hold);
+        }
+        self.run(c, &spans, T::DTYPE, op, holds)
+    }
+
+    /// Queues `job` on rank `rank`'s worker thread.
+    pub(super) fn submit(&self, rank: usize, job: Job) -> Result<()> {
+        self.b.submit(rank, job)
+    }
+
+    /// Test hook: `rank`'s first lane panics at the start of every
+    /// collective, as an internal bug would.
+    #[doc(hidden)]
+    pub fn inject_lane_panic(&self, rank: Option<usize>) {
+        self.b.inner.state.set_hooks(|h| h.lane_panic = rank);
+    }
+}
+
+impl CpuBackend {
+    /// `k` ranks on CPU threads, set up by `config`.
+    fn start(k: usize, config: CommConfig) -> Result<Self> {
         if k == 0 {
             return Err(Error::ZeroRanks);
         }
@@ -225,8 +304,9 @@ impl CpuCommunicator {
             memo: Mutex::new(PlanMemo::default()),
             trap: Trap::default(),
         });
+        let conns = inner.ranks.iter().map(|r| r.conn.get() as u64).collect();
         let workers = (0..k)
-            .map(|rank| {
+            .map(|rank| -> Result<Worker> {
                 let (tx, rx) = channel::<Job>();
                 let inner = inner.clone();
                 let h = std::thread::Builder::new()
@@ -244,62 +324,45 @@ impl CpuCommunicator {
                             }
                         }
                     })
-                    .expect("spawn rank worker");
-                (Some(tx), Some(h))
+                    .map_err(|e| {
+                        Error::Broken(format!("cannot start rank {rank}'s worker thread: {e}"))
+                    })?;
+                Ok((Some(tx), Some(h)))
             })
-            .collect();
-        Ok(CpuCommunicator { inner, workers })
+            .collect::<Result<_>>()?;
+        Ok(CpuBackend {
+            inner,
+            conns,
+            workers,
+        })
     }
 
-    /// Ranks in the communicator.
-    pub fn k(&self) -> usize {
-        self.inner.state.ring.len()
+    fn submit(&self, rank: usize, job: Job) -> Result<()> {
+        let tx = self.workers[rank].0.as_ref();
+        tx.ok_or_else(|| Error::Broken(format!("rank {rank}'s worker thread has exited")))?
+            .send(job)
+            .map_err(|_| Error::Broken(format!("rank {rank}'s worker thread has exited")))
     }
+}
 
-    /// The ring the collectives run on.
-    pub fn ring_order(&self) -> &RingOrder {
-        &self.inner.state.ring
+impl Engine for CpuBackend {
+    const THREADS: u64 = CPU_THREADS;
+    /// Each rank's holds on its buffers, kept by its job until it has run.
+    type Call<'a> = Vec<Vec<UseGuard>>;
+    type Buf<T: RsElement> = HostBuffer<T>;
+
+    fn create(k: usize, config: CommConfig) -> Result<Self> {
+        CpuBackend::start(k, config)
     }
-
-    /// The configuration it was created with.
-    pub fn config(&self) -> &CommConfig {
-        &self.inner.state.config
+    fn state(&self) -> &CommState {
+        &self.inner.state
     }
-
-    /// The algorithm a call of `c` with count `n` of `T` runs: the
-    /// configured one, or the automatic choice by size (see
-    /// [`CommConfig::algorithm`](crate::CommConfig::algorithm)).
-    pub fn algorithm_for<T: crate::RsElement>(
-        &self,
-        c: Collective,
-        n: usize,
-    ) -> Result<ringreduce_kernels::Algorithm> {
-        self.inner
-            .state
-            .algorithm_for(c, n as u64, std::mem::size_of::<T>() as u64)
+    fn conns(&self) -> &[u64] {
+        &self.conns
     }
-
-    /// Blocks per rank a call of `c` with count `n` of `T` runs: the
-    /// configured number, or one chosen by algorithm and size.
-    pub fn channels_for<T: crate::RsElement>(&self, c: Collective, n: usize) -> Result<usize> {
-        let size = std::mem::size_of::<T>() as u64;
-        Ok(self.inner.state.channels_for(c, n as u64, size)? as usize)
+    fn memo(&self) -> &Mutex<PlanMemo> {
+        &self.inner.memo
     }
-
-    /// Channels each rank has; a call uses at most this many.
-    pub fn max_channels(&self) -> usize {
-        self.inner.state.max_channels
-    }
-
-    /// Staging bytes per channel.
-    pub fn staging_bytes(&self) -> u64 {
-        self.inner.state.staging_bytes
-    }
-
-    pub(super) fn check_broken(&self) -> Result<()> {
-        self.inner.state.check(&self.status_records())
-    }
-
     fn status_records(&self) -> Vec<StatusRecord> {
         self.inner
             .ranks
@@ -307,92 +370,27 @@ impl CpuCommunicator {
             .flat_map(|r| r.channels.iter().map(|c| read_status(&c.status)))
             .collect()
     }
-
-    /// Enqueues a reduce-scatter: `bufs[u]` are user rank `u`'s buffers. It
-    /// returns once every rank's work is queued; the buffers' host accessors
-    /// wait for it, and [`synchronize`](Self::synchronize) reports how it
-    /// ended.
-    pub fn reduce_scatter<T: RsElement>(&self, bufs: &[CpuBuffers<T>], op: Op) -> Result<()> {
-        self.collective(Collective::ReduceScatter, bufs, op)
-    }
-
-    /// Enqueues an all-gather, like [`reduce_scatter`](Self::reduce_scatter).
-    pub fn all_gather<T: RsElement>(&self, bufs: &[CpuBuffers<T>]) -> Result<()> {
-        self.collective(Collective::AllGather, bufs, Op::Sum)
-    }
-
-    /// Enqueues an all-reduce, like [`reduce_scatter`](Self::reduce_scatter).
-    pub fn all_reduce<T: RsElement>(&self, bufs: &[CpuBuffers<T>], op: Op) -> Result<()> {
-        self.collective(Collective::AllReduce, bufs, op)
-    }
-
-    /// Any collective, like [`reduce_scatter`](Self::reduce_scatter).
-    pub fn collective<T: RsElement>(
+    fn execute(
         &self,
-        c: Collective,
-        bufs: &[CpuBuffers<T>],
+        plan: &Plan,
+        dtype: DataType,
         op: Op,
+        holds: Vec<Vec<UseGuard>>,
     ) -> Result<()> {
-        self.check_broken()?;
-        let k = self.k();
-        if bufs.len() != k {
-            return Err(Error::WrongBufferCount { got: bufs.len(), k });
-        }
-        let sz = std::mem::size_of::<T>() as u64;
-        let mut spans = Vec::with_capacity(k);
-        for (u, b) in bufs.iter().enumerate() {
-            spans.push(match b {
-                CpuBuffers::OutOfPlace { send, recv } => BufferSpan {
-                    send: send.addr(),
-                    send_len: send.len() as u64,
-                    recv: recv.addr(),
-                    recv_len: recv.len() as u64,
-                },
-                CpuBuffers::InPlace(v) => {
-                    BufferSpan::in_place(c, v.addr(), v.len() as u64, k, u, sz)?
-                }
-            });
-        }
-        let conns: Vec<u64> = self
-            .inner
-            .ranks
-            .iter()
-            .map(|r| r.conn.get() as u64)
-            .collect();
-        // As on the GPU, so that every CPU test runs the memo; the plan is
-        // cloned out so the lock is not held while jobs are queued.
-        let plan = self
-            .inner
-            .memo
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .plan(
-                c,
-                &conns,
-                &spans,
-                T::DTYPE,
-                self.inner.state.call_opts(CPU_THREADS),
-            )?
-            .clone();
-        let guards_for = |b: &CpuBuffers<T>| -> Vec<UseGuard> {
-            match b {
-                CpuBuffers::OutOfPlace { send, recv } => {
-                    vec![send.mem.begin_use(), recv.mem.begin_use()]
-                }
-                CpuBuffers::InPlace(v) => vec![v.mem.begin_use()],
-            }
-        };
+        let k = self.inner.ranks.len();
+        let mut holds = holds.into_iter();
+        let mut guards_for = |_rank: usize| holds.next().unwrap_or_default();
         // The catalogue entry the GPU would launch: the CPU runs its code.
         let entry = |works: &[Work]| {
             works
                 .first()
-                .and_then(|w| catalogue::entry_of_work(w, T::DTYPE, op))
+                .and_then(|w| catalogue::entry_of_work(w, dtype, op))
                 .ok_or_else(|| Error::Broken("internal: a launch no entry runs".into()))
         };
         match plan {
             Plan::Nothing => Ok(()),
-            Plan::Copy { send, recv, bytes } => {
-                let guards = guards_for(&bufs[0]);
+            &Plan::Copy { send, recv, bytes } => {
+                let guards = guards_for(0);
                 self.submit(
                     0,
                     Box::new(move || {
@@ -417,15 +415,15 @@ impl CpuCommunicator {
                 // own blocks once every rank's earlier work is done, and goes
                 // on only when every block has ended, as the launch's events
                 // order a GPU's streams.
-                let entry = entry(&works)?;
+                let entry = entry(works)?;
                 let blocks = works.len() as u64 * works[0].channels;
-                let args = Arc::new(LocalArgs::new(&works, blocks).ok_or_else(|| {
+                let args = Arc::new(LocalArgs::new(works, blocks).ok_or_else(|| {
                     Error::Broken("internal: a local call does not fit its arguments".into())
                 })?);
                 let (start, end) = (Arc::new(Barrier::new(k)), Arc::new(Barrier::new(k)));
                 let panics = self.inner.state.hooks().lane_panic;
                 for (u, w) in works.iter().copied().enumerate() {
-                    let guards = guards_for(&bufs[u]);
+                    let guards = guards_for(u);
                     let (inner, args, start, end) =
                         (self.inner.clone(), args.clone(), start.clone(), end.clone());
                     let first = u as u64 * w.channels;
@@ -450,13 +448,13 @@ impl CpuCommunicator {
                 Ok(())
             }
             Plan::Launch { works, .. } => {
-                let entry = entry(&works)?;
+                let entry = entry(works)?;
                 let hooks = self.inner.state.hooks();
-                for (u, w) in works.into_iter().enumerate() {
+                for (u, w) in works.iter().copied().enumerate() {
                     if hooks.withhold_rank == Some(u) {
                         continue;
                     }
-                    let guards = guards_for(&bufs[u]);
+                    let guards = guards_for(u);
                     let inner = self.inner.clone();
                     self.submit(
                         u,
@@ -475,18 +473,10 @@ impl CpuCommunicator {
             }
         }
     }
-
-    pub(super) fn submit(&self, rank: usize, job: Job) -> Result<()> {
-        let tx = self.workers[rank].0.as_ref().expect("worker alive");
-        tx.send(job)
-            .map_err(|_| Error::Broken(format!("rank {rank}'s worker thread has exited")))
-    }
-
-    /// Waits for every queued collective, then reports the first error any
-    /// rank recorded. After an error the communicator stays broken.
-    pub fn synchronize(&self) -> Result<()> {
+    fn wait_idle(&self) -> Result<()> {
+        let k = self.inner.ranks.len();
         let (tx, rx) = channel::<()>();
-        for rank in 0..self.k() {
+        for rank in 0..k {
             let tx = tx.clone();
             self.submit(
                 rank,
@@ -496,54 +486,61 @@ impl CpuCommunicator {
             )?;
         }
         drop(tx);
-        for _ in 0..self.k() {
+        for _ in 0..k {
             rx.recv()
                 .map_err(|_| Error::Broken("a rank's worker thread has exited".into()))?;
         }
-        self.check_broken()
+        Ok(())
     }
-
-    /// Makes every rank's waits give up; safe from any thread. Queued and
-    /// running collectives end with [`Error::Aborted`] (one that had already
-    /// finished keeps its results), and every later call, a collective or
-    /// [`synchronize`](Self::synchronize), returns `Aborted` with nothing
-    /// run: the communicator is done.
-    pub fn abort(&self) {
-        self.inner.state.abort();
+    fn raise_abort(&self) {
         self.inner.abort.store(1, Ordering::SeqCst);
     }
 
-    /// Test hook: from (chunk, step) on, `rank` drops its "new data"
-    /// signals. Only effective with the `fault-injection` feature.
-    #[doc(hidden)]
-    pub fn inject_lost_signal(&self, rank: usize, chunk: u64, step: u64) {
-        self.inner
-            .state
-            .set_hooks(|h| h.lost_signal = Some((rank, chunk, step)));
+    fn upload<T: RsElement>(&self, _rank: usize, data: &[T]) -> Result<HostBuffer<T>> {
+        Ok(HostBuffer::from_slice(data))
     }
-
-    /// Test hook: collectives launch every rank but `rank`, as if its
-    /// process never arrived.
-    #[doc(hidden)]
-    pub fn withhold_rank(&self, rank: Option<usize>) {
-        self.inner.state.set_hooks(|h| h.withhold_rank = rank);
+    fn len_of<T: RsElement>(buf: &HostBuffer<T>) -> usize {
+        buf.len()
     }
-
-    /// Test hook: `rank`'s first lane panics at the start of every
-    /// collective, as an internal bug would.
-    #[doc(hidden)]
-    pub fn inject_lane_panic(&self, rank: Option<usize>) {
-        self.inner.state.set_hooks(|h| h.lane_panic = rank);
+    fn read<T: RsElement>(
+        &self,
+        rank: usize,
+        buf: &HostBuffer<T>,
+        at: Range<usize>,
+    ) -> Result<Vec<T>> {
+        check_range(rank, "buffer", &at, buf.len())?;
+        buf.read(at)
     }
-
-    /// Each user rank's recorded error, if any (for diagnostics: the error
-    /// [`synchronize`](Self::synchronize) returns is the likeliest cause).
-    pub fn rank_errors(&self) -> Vec<Option<Error>> {
-        self.inner.state.rank_errors(&self.status_records())
+    fn write<T: RsElement>(
+        &self,
+        rank: usize,
+        buf: &mut HostBuffer<T>,
+        at: usize,
+        data: &[T],
+    ) -> Result<()> {
+        let r = at..at.saturating_add(data.len());
+        check_range(rank, "buffer", &r, buf.len())?;
+        buf.write(at, data)
+    }
+    fn regions<T: RsElement>(
+        comm: &CpuCommunicator,
+        c: Collective,
+        regions: &mut [Region<'_, HostBuffer<T>>],
+        op: Op,
+    ) -> Result<()> {
+        check_regions(regions, |b| b.len())?;
+        let bufs = views(
+            regions,
+            |send, send_at, recv, recv_at| {
+                CpuBuffers::out_of_place(send.view_within(send_at), recv.view_within(recv_at))
+            },
+            |buf, at| CpuBuffers::in_place(buf.view_within(at)),
+        );
+        comm.collective(c, &bufs, op)
     }
 }
 
-impl Drop for CpuCommunicator {
+impl Drop for CpuBackend {
     fn drop(&mut self) {
         for (tx, _) in &mut self.workers {
             tx.take();

@@ -5,5 +5,5 @@ mod comm;
 mod tasks;
 
 pub use buffer::{HostBuffer, HostView};
-pub use comm::{CpuBuffers, CpuCommunicator};
+pub use comm::{CpuBackend, CpuBuffers, CpuCommunicator};
 pub use tasks::{Hold, CPU_TASK_LANES};

@@ -1,26 +1,33 @@
-//! The GPU communicator's API: creation, the collectives (validated,
-//! planned, then launched) and the run-time controls.
+//! The GPU backend and the GPU communicator's own API: creation on
+//! devices, streams, kernels, and the collectives over cudarc buffers.
+//! Validation, planning and state are the front end's ([`Comm`]).
 
 use super::buffers::{Buffers, RawBuffers};
 use super::checks::{check_devices, check_streams, check_views};
 use super::inner::Inner;
 use super::launch::enqueue;
 use super::setup::{create, max_channels_for};
+use crate::collectives::{check_range, check_regions, views, Region};
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
+use crate::front::{Comm, Engine};
+use crate::memo::PlanMemo;
 use crate::planner::BufferSpan;
-use crate::ring::RingOrder;
-use cudarc::driver::{CudaContext, CudaStream};
+use crate::planner::Plan;
+use crate::state::CommState;
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use cudarc::driver::{DevicePtr, DevicePtrMut};
 use ringreduce_kernels::abi::GPU_THREADS;
 use ringreduce_kernels::catalogue::{self, Kind};
 use ringreduce_kernels::types::Collective;
 use ringreduce_kernels::{DataType, Op, StatusRecord};
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::Mutex;
 
-/// A communicator over `k` ranks, each with its own channels (staging ring,
+/// The GPU communicator: `k` ranks, each with its own channels (staging ring,
 /// flags and block) in its device's memory. With [`Communicator::new`] all
 /// ranks are virtual ranks on one GPU; with [`Communicator::with_placement`]
 /// they can be one per GPU.
@@ -63,7 +70,11 @@ use std::sync::Arc;
 /// comm.synchronize()?;                                // reports timeouts and aborts
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct Communicator {
+pub type Communicator = Comm<GpuBackend>;
+
+/// The GPU backend of [`Comm`]: each rank's memory on its device, the
+/// kernels, and a stream per rank.
+pub struct GpuBackend {
     inner: Arc<Inner>,
     /// A stream per rank, for callers (like the [`Collectives`] trait)
     /// that do not bring their own: the ranks of one launch share one, so
@@ -74,10 +85,6 @@ pub struct Communicator {
 }
 
 impl Communicator {
-    /// The least staging per channel ([`CommConfig::buffer_bytes`]) a GPU
-    /// communicator takes: a slot for one unrolled round of its 256 lanes.
-    pub const MIN_BUFFER_BYTES: u64 = ringreduce_kernels::plan::min_buffer_bytes(GPU_THREADS);
-
     /// The most channels per rank ([`CommConfig::channels`]) a communicator
     /// of this placement can run, before creating one: every block of every
     /// rank of a device must be resident at once, so it is the fewest, over
@@ -111,50 +118,38 @@ impl Communicator {
     pub fn with_placement(devices: &[usize], config: CommConfig) -> Result<Self> {
         let inner = create(devices, config)?;
         let streams = group_streams(&inner)?;
-        Ok(Communicator {
-            inner: Arc::new(inner),
-            streams,
+        Ok(Comm {
+            b: GpuBackend {
+                inner: Arc::new(inner),
+                streams,
+            },
         })
     }
 
     /// New streams, one per launch group, shared by its ranks: a call on
     /// them is one launch with no events (the gradient layer's own queues).
     pub(crate) fn new_group_streams(&self) -> Result<Vec<Arc<CudaStream>>> {
-        group_streams(&self.inner)
+        group_streams(&self.b.inner)
     }
 
     pub(crate) fn inner(&self) -> &Inner {
-        &self.inner
+        &self.b.inner
     }
 
     /// The device of each user rank.
     pub fn devices(&self) -> Vec<usize> {
-        self.inner.ranks.iter().map(|r| r.ctx.ordinal()).collect()
-    }
-
-    /// Ranks in the communicator.
-    pub fn k(&self) -> usize {
-        self.inner.state.ring.len()
-    }
-
-    /// The ring the collectives run on.
-    pub fn ring_order(&self) -> &RingOrder {
-        &self.inner.state.ring
-    }
-
-    /// The configuration it was created with.
-    pub fn config(&self) -> &CommConfig {
-        &self.inner.state.config
+        self.b.inner.ranks.iter().map(|r| r.ctx.ordinal()).collect()
     }
 
     /// The context of user rank `rank`'s device.
     pub fn context(&self, rank: usize) -> &Arc<CudaContext> {
-        &self.inner.ranks[rank].ctx
+        &self.b.inner.ranks[rank].ctx
     }
 
     /// One new non-blocking stream per rank, on the rank's device.
     pub fn new_streams(&self) -> Result<Vec<Arc<CudaStream>>> {
-        self.inner
+        self.b
+            .inner
             .ranks
             .iter()
             .map(|r| Ok(r.ctx.new_stream()?))
@@ -164,27 +159,7 @@ impl Communicator {
     /// The communicator's own stream for each rank (see
     /// [`Collectives`](crate::Collectives)).
     pub fn streams(&self) -> &[Arc<CudaStream>] {
-        &self.streams
-    }
-
-    /// The algorithm a call of `c` with count `n` of `T` runs: the
-    /// configured one, or the automatic choice by size (see
-    /// [`CommConfig::algorithm`](crate::CommConfig::algorithm)).
-    pub fn algorithm_for<T: crate::RsElement>(
-        &self,
-        c: Collective,
-        n: usize,
-    ) -> Result<ringreduce_kernels::Algorithm> {
-        self.inner
-            .state
-            .algorithm_for(c, n as u64, std::mem::size_of::<T>() as u64)
-    }
-
-    /// Blocks per rank a call of `c` with count `n` of `T` runs: the
-    /// configured number, or one chosen by algorithm and size.
-    pub fn channels_for<T: crate::RsElement>(&self, c: Collective, n: usize) -> Result<usize> {
-        let size = std::mem::size_of::<T>() as u64;
-        Ok(self.inner.state.channels_for(c, n as u64, size)? as usize)
+        &self.b.streams
     }
 
     /// Loads, on every device of the communicator, the kernels a call of
@@ -197,16 +172,11 @@ impl Communicator {
         for kind in Kind::COLLECTIVE {
             let entry = catalogue::collective_index(kind, c, dtype, op)
                 .ok_or_else(|| Error::Broken(format!("internal: no {kind:?} entry")))?;
-            for k in &self.inner.kernels {
+            for k in &self.b.inner.kernels {
                 k.collective(entry)?;
             }
         }
         Ok(())
-    }
-
-    /// Channels each rank has; a call uses at most this many.
-    pub fn max_channels(&self) -> usize {
-        self.inner.state.max_channels
     }
 
     /// Blocks of the collective kernels that fit at once on (the smallest
@@ -215,49 +185,7 @@ impl Communicator {
     /// collectives concurrently on one GPU must together stay within this,
     /// or they can stall each other until their timeouts (as with NCCL).
     pub fn resident_blocks(&self) -> usize {
-        self.inner.resident_blocks
-    }
-
-    /// Staging bytes per channel (see [`CommConfig::buffer_bytes`]).
-    pub fn staging_bytes(&self) -> u64 {
-        self.inner.state.staging_bytes
-    }
-
-    fn status_records(&self) -> Vec<StatusRecord> {
-        (0..self.k() * self.inner.state.max_channels)
-            .map(|r| {
-                let w: [u64; StatusRecord::WORDS] = std::array::from_fn(|i| {
-                    self.inner
-                        .host
-                        .word(1 + r * StatusRecord::WORDS + i)
-                        .load(Ordering::Acquire)
-                });
-                StatusRecord::from_words(w)
-            })
-            .collect()
-    }
-
-    /// Every collective starts here, so it first reads only each record's
-    /// outcome word (written last, zero while a record says nothing), and
-    /// only of the channels a launch with waits has run: decoding all
-    /// `k x channels` records costs microseconds per call.
-    fn check_broken(&self) -> Result<()> {
-        let (per_rank, used) = (
-            self.inner.state.max_channels,
-            self.inner.state.status_channels(),
-        );
-        let quiet = (0..self.k())
-            .flat_map(|u| (0..used).map(move |c| u * per_rank + c))
-            .all(|r| {
-                let outcome = self.inner.host.word(1 + r * StatusRecord::WORDS);
-                outcome.load(Ordering::Acquire) == 0
-            });
-        let recs = if quiet {
-            Vec::new()
-        } else {
-            self.status_records()
-        };
-        self.inner.state.check(&recs)
+        self.b.inner.resident_blocks
     }
 
     /// Enqueues a reduce-scatter: `bufs[u]` and `streams[u]` are user rank
@@ -295,7 +223,7 @@ impl Communicator {
         self.collective(Collective::AllReduce, bufs, op, streams)
     }
 
-    /// Any collective over typed buffers.
+    /// Any collective over typed buffers (an all-gather ignores `op`).
     pub fn collective<T: RsElement>(
         &self,
         c: Collective,
@@ -303,14 +231,11 @@ impl Communicator {
         op: Op,
         streams: &[Arc<CudaStream>],
     ) -> Result<()> {
-        self.check_broken()?;
+        self.begin(bufs.len())?;
         let k = self.k();
-        if bufs.len() != k {
-            return Err(Error::WrongBufferCount { got: bufs.len(), k });
-        }
-        check_streams(&self.inner, streams)?;
+        check_streams(&self.b.inner, streams)?;
         let sz = std::mem::size_of::<T>() as u64;
-        check_views(&self.inner, bufs)?;
+        check_views(&self.b.inner, bufs)?;
         let mut spans = Vec::with_capacity(k);
         let mut guards = Vec::with_capacity(2 * k);
         for (u, (b, s)) in bufs.iter_mut().zip(streams).enumerate() {
@@ -336,7 +261,7 @@ impl Communicator {
                 }
             }
         }
-        let r = self.enqueue(c, &spans, T::DTYPE, op, streams);
+        let r = self.run(c, &spans, T::DTYPE, op, streams);
         drop(guards);
         r
     }
@@ -356,12 +281,8 @@ impl Communicator {
         op: Op,
         streams: &[Arc<CudaStream>],
     ) -> Result<()> {
-        self.check_broken()?;
-        let k = self.k();
-        if bufs.len() != k {
-            return Err(Error::WrongBufferCount { got: bufs.len(), k });
-        }
-        check_streams(&self.inner, streams)?;
+        self.begin(bufs.len())?;
+        check_streams(&self.b.inner, streams)?;
         let spans: Vec<BufferSpan> = bufs
             .iter()
             .map(|b| BufferSpan {
@@ -371,75 +292,141 @@ impl Communicator {
                 recv_len: b.recv_len as u64,
             })
             .collect();
-        check_devices(&self.inner, &spans, dtype.size())?;
-        self.enqueue(c, &spans, dtype, op, streams)
+        check_devices(&self.b.inner, &spans, dtype.size())?;
+        self.run(c, &spans, dtype, op, streams)
     }
 
-    fn enqueue(
+    /// A collective over regions of cudarc buffers, on `streams`.
+    pub(crate) fn regions_on<T: RsElement>(
         &self,
         c: Collective,
-        spans: &[BufferSpan],
+        regions: &mut [Region<'_, CudaSlice<T>>],
+        op: Op,
+        streams: &[Arc<CudaStream>],
+    ) -> Result<()> {
+        check_regions(regions, |b| b.len())?;
+        let mut bufs = views(
+            regions,
+            |send, send_at, recv, recv_at| {
+                Buffers::out_of_place(send.slice(send_at), recv.slice_mut(recv_at))
+            },
+            |buf, at| Buffers::in_place(buf.slice_mut(at)),
+        );
+        self.collective(c, &mut bufs, op, streams)
+    }
+}
+
+impl GpuBackend {
+    fn status_records(&self) -> Vec<StatusRecord> {
+        let per_rank = self.inner.state.max_channels;
+        (0..self.inner.state.ring.len() * per_rank)
+            .map(|r| {
+                let w: [u64; StatusRecord::WORDS] = std::array::from_fn(|i| {
+                    self.inner
+                        .host
+                        .word(1 + r * StatusRecord::WORDS + i)
+                        .load(Ordering::Acquire)
+                });
+                StatusRecord::from_words(w)
+            })
+            .collect()
+    }
+}
+
+impl Engine for GpuBackend {
+    const THREADS: u64 = GPU_THREADS;
+    type Call<'a> = &'a [Arc<CudaStream>];
+    type Buf<T: RsElement> = CudaSlice<T>;
+
+    fn create(k: usize, config: CommConfig) -> Result<Self> {
+        let devices = config.devices_for(k)?;
+        Ok(Communicator::with_placement(&devices, config)?.b)
+    }
+    fn state(&self) -> &CommState {
+        &self.inner.state
+    }
+    fn conns(&self) -> &[u64] {
+        &self.inner.conns
+    }
+    fn memo(&self) -> &Mutex<PlanMemo> {
+        &self.inner.memo
+    }
+    fn status_records(&self) -> Vec<StatusRecord> {
+        GpuBackend::status_records(self)
+    }
+    /// Reads only each record's outcome word (written last, zero while a
+    /// record says nothing), and only of the channels a launch with waits
+    /// has run: decoding all `k x channels` records costs microseconds per
+    /// call.
+    fn quiet(&self) -> bool {
+        let state = &self.inner.state;
+        let (per_rank, used) = (state.max_channels, state.status_channels());
+        (0..state.ring.len())
+            .flat_map(|u| (0..used).map(move |c| u * per_rank + c))
+            .all(|r| {
+                let outcome = self.inner.host.word(1 + r * StatusRecord::WORDS);
+                outcome.load(Ordering::Acquire) == 0
+            })
+    }
+    fn execute(
+        &self,
+        plan: &Plan,
         dtype: DataType,
         op: Op,
         streams: &[Arc<CudaStream>],
     ) -> Result<()> {
-        let mut memo = self.inner.memo.lock().unwrap_or_else(|e| e.into_inner());
-        let plan = memo.plan(
-            c,
-            &self.inner.conns,
-            spans,
-            dtype,
-            self.inner.state.call_opts(GPU_THREADS),
-        )?;
         enqueue(&self.inner, plan, dtype, op, streams)
     }
-
-    /// Waits for all work on the ranks' devices, then reports the first
-    /// error any rank recorded. After an error the communicator is broken.
-    pub fn synchronize(&self) -> Result<()> {
-        for (u, r) in self.inner.ranks.iter().enumerate() {
-            if u == 0 || r.ctx.ordinal() != self.inner.ranks[u - 1].ctx.ordinal() {
+    fn wait_idle(&self) -> Result<()> {
+        let ranks = &self.inner.ranks;
+        for (u, r) in ranks.iter().enumerate() {
+            if u == 0 || r.ctx.ordinal() != ranks[u - 1].ctx.ordinal() {
                 r.ctx.synchronize()?;
             }
         }
-        self.check_broken()
+        Ok(())
     }
-
-    /// Makes every rank's kernel give up its waits and return; safe to call
-    /// from any thread while collectives run. They end with
-    /// [`Error::Aborted`] (one that had already finished keeps its results),
-    /// and every later call, a collective or
-    /// [`synchronize`](Self::synchronize), returns `Aborted` with nothing
-    /// launched: the communicator is done.
-    pub fn abort(&self) {
-        self.inner.state.abort();
+    fn raise_abort(&self) {
         self.inner.host.word(0).store(1, Ordering::SeqCst);
     }
 
-    /// Test hook: from (chunk, step) on, `rank` drops its "new data"
-    /// signals. Only effective with the `fault-injection` feature.
-    #[doc(hidden)]
-    pub fn inject_lost_signal(&self, rank: usize, chunk: u64, step: u64) {
-        self.inner
-            .state
-            .set_hooks(|h| h.lost_signal = Some((rank, chunk, step)));
+    fn upload<T: RsElement>(&self, rank: usize, data: &[T]) -> Result<CudaSlice<T>> {
+        Ok(self.streams[rank].clone_htod(data)?)
     }
-
-    /// Test hook: collectives launch every rank but `rank`, as if its
-    /// process never arrived.
-    #[doc(hidden)]
-    pub fn withhold_rank(&self, rank: Option<usize>) {
-        self.inner.state.set_hooks(|h| h.withhold_rank = rank);
+    fn len_of<T: RsElement>(buf: &CudaSlice<T>) -> usize {
+        buf.len()
     }
-
-    /// Each user rank's recorded error, if any (for diagnostics: the error
-    /// [`synchronize`](Self::synchronize) returns is the likeliest cause).
-    pub fn rank_errors(&self) -> Vec<Option<Error>> {
-        self.inner.state.rank_errors(&self.status_records())
+    fn read<T: RsElement>(
+        &self,
+        rank: usize,
+        buf: &CudaSlice<T>,
+        at: Range<usize>,
+    ) -> Result<Vec<T>> {
+        check_range(rank, "buffer", &at, buf.len())?;
+        Ok(self.streams[rank].clone_dtoh(&buf.slice(at))?)
+    }
+    fn write<T: RsElement>(
+        &self,
+        rank: usize,
+        buf: &mut CudaSlice<T>,
+        at: usize,
+        data: &[T],
+    ) -> Result<()> {
+        let r = at..at.saturating_add(data.len());
+        check_range(rank, "buffer", &r, buf.len())?;
+        Ok(self.streams[rank].memcpy_htod(data, &mut buf.slice_mut(r))?)
+    }
+    fn regions<T: RsElement>(
+        comm: &Communicator,
+        c: Collective,
+        regions: &mut [Region<'_, CudaSlice<T>>],
+        op: Op,
+    ) -> Result<()> {
+        comm.regions_on(c, regions, op, comm.streams())
     }
 }
 
-impl Drop for Communicator {
+impl Drop for GpuBackend {
     fn drop(&mut self) {
         // Kernels may still use the buffers; wait before freeing them.
         for r in &self.inner.ranks {

@@ -12,7 +12,7 @@ pub mod module;
 mod setup;
 
 pub use buffers::{Buffers, RawBuffers};
-pub use comm::Communicator;
+pub use comm::{Communicator, GpuBackend};
 pub use driver::capture;
 pub use driver::{device_count, driver_available, open_device};
 #[doc(hidden)]

@@ -195,7 +195,7 @@ impl GradBackend for Communicator {
         op: Op,
         queues: &[Arc<CudaStream>],
     ) -> Result<()> {
-        crate::collectives::gpu_collective(self, c, regions, op, queues)
+        self.regions_on(c, regions, op, queues)
     }
 }
 

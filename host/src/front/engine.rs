@@ -1,0 +1,80 @@
+//! What a backend does for the front end: create its memory, execute a
+//! plan, read its status records, wait, and raise its abort word; and, for
+//! [`Collectives`](crate::Collectives), move data in and out of its
+//! buffers.
+
+use super::Comm;
+use crate::collectives::Region;
+use crate::config::CommConfig;
+use crate::element::RsElement;
+use crate::error::Result;
+use crate::memo::PlanMemo;
+use crate::planner::Plan;
+use crate::state::CommState;
+use ringreduce_kernels::{Collective, DataType, Op, StatusRecord};
+use std::ops::Range;
+use std::sync::Mutex;
+
+/// The backend's side of [`Comm`] (sealed: it lives in a private module).
+pub trait Engine: Sized {
+    /// Producer lanes of a block, which size the staging slots.
+    const THREADS: u64;
+    /// What a call hands the backend besides its plan (streams, or the
+    /// holds that keep buffers alive while queued).
+    type Call<'a>;
+    /// A buffer of `T` on one rank.
+    type Buf<T: RsElement>;
+
+    /// `k` ranks set up by `config`.
+    fn create(k: usize, config: CommConfig) -> Result<Self>;
+    /// The ring, the configuration, and whether the communicator is broken.
+    fn state(&self) -> &CommState;
+    /// Each user rank's connection address, as the planner takes them.
+    fn conns(&self) -> &[u64];
+    /// The recent calls' plans.
+    fn memo(&self) -> &Mutex<PlanMemo>;
+    /// Every rank's every channel's status record, in user-rank order.
+    fn status_records(&self) -> Vec<StatusRecord>;
+    /// Whether no record can hold an error, found without decoding them
+    /// (the check every call makes); `false` when unsure.
+    fn quiet(&self) -> bool {
+        false
+    }
+    /// Enqueues `plan`; a failure that leaves some ranks running breaks the
+    /// communicator.
+    fn execute(&self, plan: &Plan, dtype: DataType, op: Op, call: Self::Call<'_>) -> Result<()>;
+    /// Waits for everything queued on every rank.
+    fn wait_idle(&self) -> Result<()>;
+    /// Raises the word every kernel's waits poll.
+    fn raise_abort(&self);
+
+    /// A new buffer on rank `rank` holding `data`.
+    fn upload<T: RsElement>(&self, rank: usize, data: &[T]) -> Result<Self::Buf<T>>;
+    /// Elements of a buffer.
+    fn len_of<T: RsElement>(buf: &Self::Buf<T>) -> usize;
+    /// Elements `at` (checked) of a rank's buffer, once the work queued on
+    /// it is done.
+    fn read<T: RsElement>(
+        &self,
+        rank: usize,
+        buf: &Self::Buf<T>,
+        at: Range<usize>,
+    ) -> Result<Vec<T>>;
+    /// Overwrites (checked) a rank's buffer from element `at` on, after the
+    /// work queued on it.
+    fn write<T: RsElement>(
+        &self,
+        rank: usize,
+        buf: &mut Self::Buf<T>,
+        at: usize,
+        data: &[T],
+    ) -> Result<()>;
+    /// Collective `c` over regions (checked against their buffers), on the
+    /// communicator's own queues.
+    fn regions<T: RsElement>(
+        comm: &Comm<Self>,
+        c: Collective,
+        regions: &mut [Region<'_, Self::Buf<T>>],
+        op: Op,
+    ) -> Result<()>;
+}

@@ -1,0 +1,180 @@
+//! The one front end over every backend: [`Comm<B>`] validates a call,
+//! plans it through the memo, keeps the communicator's state (broken,
+//! aborted) and its test hooks, and answers every query. A backend
+//! ([`Backend`]) only sets up memory, executes a plan, reads its status
+//! records and raises its abort word, so a new backend adds those and
+//! nothing else.
+
+mod engine;
+
+pub(crate) use engine::Engine;
+
+use crate::config::CommConfig;
+use crate::element::RsElement;
+use crate::error::{Error, Result};
+use crate::planner::BufferSpan;
+use crate::ring::RingOrder;
+use ringreduce_kernels::plan::min_buffer_bytes;
+use ringreduce_kernels::{Algorithm, Collective, DataType, Op};
+
+/// A backend of [`Comm`]: the GPU ([`GpuBackend`](crate::GpuBackend)) or
+/// the CPU execution ([`CpuBackend`](crate::CpuBackend)). Sealed: what a
+/// backend must do is internal, so that the front end can change without
+/// breaking anyone.
+pub trait Backend: Engine {}
+
+impl<B: Engine> Backend for B {}
+
+/// A communicator over `k` ranks on backend `B`. The GPU's is
+/// [`Communicator`](crate::Communicator), the CPU execution's
+/// [`CpuCommunicator`](crate::CpuCommunicator); code generic over `B` (or
+/// over [`Collectives`](crate::Collectives)) runs on either.
+///
+/// ```
+/// use ringreduce::{Backend, Comm, CommConfig, CpuBackend};
+/// fn make<B: Backend>(k: usize) -> ringreduce::Result<Comm<B>> {
+///     // Any backend, from one shape of arguments.
+///     Comm::<B>::create(k, CommConfig::default().channels(2))
+/// }
+/// let comm = make::<CpuBackend>(3)?;
+/// assert_eq!((comm.k(), comm.max_channels()), (3, 2));
+/// # Ok::<(), ringreduce::Error>(())
+/// ```
+pub struct Comm<B> {
+    pub(crate) b: B,
+}
+
+impl<B: Backend> Comm<B> {
+    /// The least staging per channel ([`CommConfig::buffer_bytes`]) this
+    /// backend takes: a slot holds one unrolled round of its lanes.
+    pub const MIN_BUFFER_BYTES: u64 = min_buffer_bytes(B::THREADS);
+
+    /// `k` ranks set up by `config`: the same call for every backend. On a
+    /// GPU the ranks go on [`CommConfig::devices`] (default: all on device
+    /// 0); the CPU execution has no devices and ignores it.
+    pub fn create(k: usize, config: CommConfig) -> Result<Self> {
+        Ok(Comm {
+            b: B::create(k, config)?,
+        })
+    }
+
+    /// Ranks in the communicator.
+    pub fn k(&self) -> usize {
+        self.b.state().ring.len()
+    }
+
+    /// The ring the collectives run on.
+    pub fn ring_order(&self) -> &RingOrder {
+        &self.b.state().ring
+    }
+
+    /// The configuration it was created with.
+    pub fn config(&self) -> &CommConfig {
+        &self.b.state().config
+    }
+
+    /// Channels each rank has; a call uses at most this many.
+    pub fn max_channels(&self) -> usize {
+        self.b.state().max_channels
+    }
+
+    /// Staging bytes per channel (see [`CommConfig::buffer_bytes`]).
+    pub fn staging_bytes(&self) -> u64 {
+        self.b.state().staging_bytes
+    }
+
+    /// The algorithm a call of `c` with count `n` of `T` runs: the
+    /// configured one, or the automatic choice by size (see
+    /// [`CommConfig::algorithm`]); an error for a forced algorithm the call
+    /// cannot run, as the call itself returns, for every count.
+    pub fn algorithm_for<T: RsElement>(&self, c: Collective, n: usize) -> Result<Algorithm> {
+        let size = std::mem::size_of::<T>() as u64;
+        self.b.state().algorithm_for(c, n as u64, size)
+    }
+
+    /// Blocks per rank a call of `c` with count `n` of `T` runs: the
+    /// configured number, or one chosen by algorithm and size.
+    pub fn channels_for<T: RsElement>(&self, c: Collective, n: usize) -> Result<usize> {
+        let size = std::mem::size_of::<T>() as u64;
+        Ok(self.b.state().channels_for(c, n as u64, size)? as usize)
+    }
+
+    /// Waits for everything queued on every rank, then reports the first
+    /// error any rank recorded. After an error the communicator is broken:
+    /// every later call returns it.
+    pub fn synchronize(&self) -> Result<()> {
+        self.b.wait_idle()?;
+        self.check_broken()
+    }
+
+    /// Makes every rank give up its waits and return; safe to call from any
+    /// thread while collectives run. They end with [`Error::Aborted`] (one
+    /// that had already finished keeps its results), and every later call,
+    /// a collective or [`synchronize`](Self::synchronize), returns
+    /// `Aborted` with nothing run: the communicator is done.
+    pub fn abort(&self) {
+        self.b.state().abort();
+        self.b.raise_abort();
+    }
+
+    /// Each user rank's recorded error, if any (for diagnostics: the error
+    /// [`synchronize`](Self::synchronize) returns is the likeliest cause).
+    pub fn rank_errors(&self) -> Vec<Option<Error>> {
+        self.b.state().rank_errors(&self.b.status_records())
+    }
+
+    /// Test hook: from (chunk, step) on, `rank` drops its "new data"
+    /// signals. Only effective with the `fault-injection` feature.
+    #[doc(hidden)]
+    pub fn inject_lost_signal(&self, rank: usize, chunk: u64, step: u64) {
+        self.b
+            .state()
+            .set_hooks(|h| h.lost_signal = Some((rank, chunk, step)));
+    }
+
+    /// Test hook: collectives launch every rank but `rank`, as if its
+    /// process never arrived.
+    #[doc(hidden)]
+    pub fn withhold_rank(&self, rank: Option<usize>) {
+        self.b.state().set_hooks(|h| h.withhold_rank = rank);
+    }
+
+    /// `Aborted` after an abort, `Broken` after an earlier error, or the
+    /// error a rank's status record holds. Every call starts here, so a
+    /// backend may answer "nothing recorded" without decoding the records.
+    pub(crate) fn check_broken(&self) -> Result<()> {
+        let recs = if self.b.quiet() {
+            Vec::new()
+        } else {
+            self.b.status_records()
+        };
+        self.b.state().check(&recs)
+    }
+
+    /// The checks every call makes before it looks at a buffer: the
+    /// communicator works, and there is one rank's buffers per rank.
+    pub(crate) fn begin(&self, buffers: usize) -> Result<()> {
+        self.check_broken()?;
+        let k = self.k();
+        if buffers != k {
+            return Err(Error::WrongBufferCount { got: buffers, k });
+        }
+        Ok(())
+    }
+
+    /// Plans collective `c` over `spans` (user-rank order) through the
+    /// memo, and has the backend execute the plan with `call`.
+    pub(crate) fn run(
+        &self,
+        c: Collective,
+        spans: &[BufferSpan],
+        dtype: DataType,
+        op: Op,
+        call: B::Call<'_>,
+    ) -> Result<()> {
+        let state = self.b.state();
+        let mut memo = self.b.memo().lock().unwrap_or_else(|e| e.into_inner());
+        let plan = memo.plan(c, self.b.conns(), spans, dtype, state.call_opts(B::THREADS))?;
+        self.b.execute(plan, dtype, op, call)
+    }
+}
