@@ -24,6 +24,18 @@ pub enum Region<'a, B> {
         /// Its elements.
         recv_at: Range<usize>,
     },
+    /// Input and output as two ranges of one buffer: apart, or in the
+    /// collective's in-place layout (any other overlap is
+    /// [`Error::InPlaceMisplaced`]). So a rank's send and recv can be parts
+    /// of one allocation.
+    Split {
+        /// The buffer.
+        buf: &'a mut B,
+        /// The input's elements.
+        send_at: Range<usize>,
+        /// The output's elements.
+        recv_at: Range<usize>,
+    },
     /// One buffer, input and output.
     InPlace {
         /// The buffer.
@@ -156,31 +168,18 @@ pub(crate) fn check_regions<B>(regions: &[Region<'_, B>], len: impl Fn(&B) -> us
                 check_range(u, "send", send_at, len(send))?;
                 check_range(u, "recv", recv_at, len(recv))?;
             }
+            Region::Split {
+                buf,
+                send_at,
+                recv_at,
+            } => {
+                check_range(u, "send", send_at, len(buf))?;
+                check_range(u, "recv", recv_at, len(buf))?;
+            }
             Region::InPlace { buf, at } => check_range(u, "send", at, len(buf))?,
         }
     }
     Ok(())
-}
-
-/// One backend's buffer views of `regions`: `out_of_place(send, send_at,
-/// recv, recv_at)` or `in_place(buf, at)` for each.
-pub(crate) fn views<'r, B, V>(
-    regions: &'r mut [Region<'_, B>],
-    mut out_of_place: impl FnMut(&'r B, Range<usize>, &'r mut B, Range<usize>) -> V,
-    mut in_place: impl FnMut(&'r mut B, Range<usize>) -> V,
-) -> Vec<V> {
-    regions
-        .iter_mut()
-        .map(|r| match r {
-            Region::OutOfPlace {
-                send,
-                send_at,
-                recv,
-                recv_at,
-            } => out_of_place(*send, send_at.clone(), &mut **recv, recv_at.clone()),
-            Region::InPlace { buf, at } => in_place(&mut **buf, at.clone()),
-        })
-        .collect()
 }
 
 impl<B: Backend> Collectives for Comm<B> {

@@ -8,6 +8,7 @@ pub mod checked;
 pub mod data;
 pub mod grad;
 pub mod graph;
+pub mod scenarios;
 pub mod soak;
 
 pub use cases::{run_case, Case, Outcome};

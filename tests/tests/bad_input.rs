@@ -70,74 +70,9 @@ impl Setup {
     }
 }
 
-#[test]
-fn wrong_number_of_pairs() {
-    let s = setup();
-    let mut b = s.good();
-    b.pop();
-    s.expect(&b, |e| {
-        matches!(e, Error::WrongBufferCount { got: 2, k: 3 })
-    });
-}
-
-#[test]
-fn send_not_k_times_recv() {
-    let s = setup();
-    let mut b = s.good();
-    b[1] = CpuBuffers::out_of_place(s.send[1].view(0..K * N - 1).unwrap(), s.recv[1].as_view());
-    s.expect(&b, |e| {
-        matches!(
-            e,
-            Error::SendLength {
-                rank: 1,
-                send_len: 299,
-                expected: 300,
-                collective: "reduce-scatter"
-            }
-        )
-    });
-}
-
-#[test]
-fn counts_differ_between_ranks() {
-    let s = setup();
-    let mut b = s.good();
-    b[2] = CpuBuffers::out_of_place(
-        s.send[2].view(0..K * (N - 1)).unwrap(),
-        s.recv[2].view(0..N - 1).unwrap(),
-    );
-    s.expect(&b, |e| {
-        matches!(
-            e,
-            Error::CountMismatch {
-                rank: 2,
-                got: 99,
-                want: 100
-            }
-        )
-    });
-}
-
-#[test]
-fn in_place_at_the_wrong_block() {
-    let s = setup();
-    let mut b = s.good();
-    // Rank 1's recv inside its own send, but at block 2.
-    b[1] = CpuBuffers::out_of_place(s.send[1].as_view(), s.send[1].view(2 * N..3 * N).unwrap());
-    s.expect(&b, |e| matches!(e, Error::InPlaceMisplaced { rank: 1, .. }));
-}
-
-#[test]
-fn in_place_buffer_of_the_wrong_length() {
-    let s = setup();
-    let mut b = s.good();
-    // K * N - 1 elements cannot be K equal blocks.
-    b[2] = CpuBuffers::in_place(s.send[2].view(0..K * N - 1).unwrap());
-    s.expect(&b, |e| {
-        matches!(e, Error::InPlaceLength { rank: 2, k: K, .. })
-            && e.to_string().contains("in-place buffer holds")
-    });
-}
+// Bad regions common to every backend (counts, lengths, ranges, the
+// in-place layout) are `ringreduce_tests::scenarios::bad_input`, run by
+// faults.rs and gpu_faults.rs; these are what only host views can express.
 
 #[test]
 fn overlapping_outputs_and_inputs() {

@@ -8,6 +8,7 @@ use ringreduce::{
     Algo, Collective, CommConfig, CpuBuffers, CpuCommunicator, Error, HostBuffer, Op, WaitKind,
 };
 use ringreduce_tests::checked::lengths;
+use ringreduce_tests::scenarios;
 use std::time::{Duration, Instant};
 
 /// Staging of `tiles` tiles per slot: many slices, so a stall upstream
@@ -59,160 +60,57 @@ fn healthy_again(k: usize) {
 /// The algorithms a fault test runs: the ring and each direct form.
 const ALGOS: [Algo; 3] = [Algo::Ring, Algo::OneShot, Algo::TwoShot];
 
-#[test]
-fn missing_rank_times_out_and_names_it() {
-    for a in ALGOS {
-        for c in Collective::ALL {
-            missing_rank(c, a);
-        }
-    }
+/// The CPU execution's communicators, for the shared scenarios.
+fn make(k: usize, cfg: CommConfig) -> Box<CpuCommunicator> {
+    Box::new(CpuCommunicator::create(k, cfg).unwrap())
 }
 
-fn missing_rank(c: Collective, algo: Algo) {
-    let k = 5;
-    let missing = 2;
-    let timeout = Duration::from_millis(800);
+#[test]
+fn missing_rank_times_out_and_names_it() {
     let cfg = CommConfig::default()
-        .timeout(timeout)
-        .buffer_bytes(small_staging(2))
-        .algorithm(algo);
-    let comm = CpuCommunicator::with_config(k, cfg).unwrap();
-    comm.withhold_rank(Some(missing));
-    let (send, recv) = buffers_for(c, k, 50_000);
-    let t0 = Instant::now();
-    comm.collective(c, &bufs(&send, &recv), Op::Sum).unwrap();
-    let err = comm
-        .synchronize()
-        .expect_err("a missing rank must time out");
-    let took = t0.elapsed();
-    println!(
-        "{} {} missing rank: error after {took:?}: {err}",
-        algo.name(),
-        c.name()
-    );
-    // A wait gives up no earlier than its timeout, and not much later.
-    assert!(took >= timeout, "gave up early, after {took:?}");
-    assert!(took < timeout + Duration::from_secs(1), "took {took:?}");
-    // The reported error points at the missing rank.
-    assert!(
-        matches!(&err, Error::Timeout(t) if t.peer == missing),
-        "{err}"
-    );
-    // Every launched rank timed out; its neighbours name it.
-    let errs = comm.rank_errors();
-    let (pred, succ) = comm.ring_order().neighbours(missing);
-    for (u, e) in errs.iter().enumerate() {
-        if u == missing {
-            assert!(e.is_none());
-            continue;
-        }
-        let e = e
-            .as_ref()
-            .unwrap_or_else(|| panic!("rank {u} reported nothing"));
-        assert!(matches!(e, Error::Timeout(_)), "rank {u}: {e}");
-        if algo != Algo::Ring {
-            // Every rank waits on every peer's ready word directly.
-            assert!(
-                matches!(e, Error::Timeout(t) if t.peer == missing
-                    && t.waiting_for == WaitKind::PeerReady),
-                "{e}"
-            );
-            continue;
-        }
-        if u == pred {
-            // It stalls either on the missing rank's full staging ring or,
-            // sooner, on data from upstream, which itself waits on it.
-            assert!(
-                matches!(e, Error::Timeout(t) if (t.peer == missing) == (t.waiting_for == WaitKind::SlotFree)),
-                "{e}"
-            );
-        }
-        if u == succ {
-            assert!(matches!(e, Error::Timeout(t) if t.peer == missing), "{e}");
+        .timeout(Duration::from_millis(800))
+        .buffer_bytes(small_staging(2));
+    for a in ALGOS {
+        for c in Collective::ALL {
+            scenarios::missing_rank(&make, cfg.clone(), 5, c, a, 50_000);
+            scenarios::healthy(&make, 5, c);
         }
     }
-    // Broken from now on; a new communicator works.
-    assert!(matches!(
-        comm.collective(c, &bufs(&send, &recv), Op::Sum),
-        Err(Error::Broken(_))
-    ));
-    assert!(matches!(comm.synchronize(), Err(Error::Broken(_))));
-    healthy_again(k);
 }
 
 #[test]
 fn abort_from_another_thread_ends_every_rank() {
+    let cfg = CommConfig::default().buffer_bytes(small_staging(2));
     for a in ALGOS {
         for c in Collective::ALL {
-            abort_from_another_thread(c, a);
+            // Direct calls must fit their staging: a smaller count there.
+            let n = if a == Algo::Ring { 200_000 } else { 20_000 };
+            let within = Duration::from_secs(1);
+            scenarios::abort_mid_call(&make, cfg.clone(), 4, c, a, n, within);
+            scenarios::healthy(&make, 4, c);
         }
     }
 }
 
-fn abort_from_another_thread(c: Collective, algo: Algo) {
-    let k = 4;
-    let cfg = CommConfig::default()
-        .timeout(Duration::from_secs(60))
-        .buffer_bytes(small_staging(2))
-        .algorithm(algo);
-    let comm = CpuCommunicator::with_config(k, cfg).unwrap();
-    // A rank that never comes keeps the collective running until aborted.
-    comm.withhold_rank(Some(3));
-    // Direct calls must fit their staging: a smaller count there.
-    let n = if algo == Algo::Ring { 200_000 } else { 20_000 };
-    let (send, recv) = buffers_for(c, k, n);
-    comm.collective(c, &bufs(&send, &recv), Op::Sum).unwrap();
-    let t_abort = std::thread::scope(|s| {
-        let h = s.spawn(|| {
-            std::thread::sleep(Duration::from_millis(200));
-            let t = Instant::now();
-            comm.abort();
-            t
-        });
-        let err = comm.synchronize().expect_err("aborted");
-        let t = h.join().unwrap();
-        assert!(matches!(err, Error::Aborted { .. }), "{err}");
-        t.elapsed()
-    });
-    println!(
-        "{} {} abort: all ranks returned {t_abort:?} after abort()",
-        algo.name(),
-        c.name()
-    );
-    assert!(t_abort < Duration::from_secs(1));
-    for (u, e) in comm.rank_errors().iter().enumerate().take(3) {
-        assert!(matches!(e, Some(Error::Aborted { .. })), "rank {u}: {e:?}");
-    }
-    healthy_again(k);
-}
-
 /// An abort before the enqueue: the collective is refused with `Aborted`
-/// and nothing is written, every time (the kernels' own abort polling would
-/// miss it when every flag is ready at the first look).
+/// and nothing is written, every time.
 #[test]
 fn abort_before_the_enqueue_refuses_the_collective_1000_of_1000() {
-    let k = 2;
-    let (send, recv) = buffers(k, 64);
-    let before: Vec<Vec<f32>> = recv.iter().map(|r| r.to_vec()).collect();
-    for i in 0..1000 {
-        let comm = CpuCommunicator::new(k).unwrap();
-        comm.abort();
-        let e = comm
-            .reduce_scatter(&bufs(&send, &recv), Op::Sum)
-            .expect_err("enqueue after abort");
-        assert_eq!(e, Error::Aborted { seen: None }, "run {i}");
-        assert_eq!(
-            comm.synchronize(),
-            Err(Error::Aborted { seen: None }),
-            "run {i}"
-        );
-        let after: Vec<Vec<f32>> = recv.iter().map(|r| r.to_vec()).collect();
-        assert_eq!(after, before, "run {i}: an output was written");
-    }
+    scenarios::abort_before_enqueue(&make, 1000);
     assert_eq!(
         Error::Aborted { seen: None }.to_string(),
         "the communicator was aborted"
     );
+}
+
+#[test]
+fn bad_regions_are_typed_errors_that_write_nothing() {
+    scenarios::bad_input(&make);
+}
+
+#[test]
+fn send_and_recv_from_one_allocation() {
+    scenarios::split_regions(&make);
 }
 
 #[cfg(feature = "fault-injection")]

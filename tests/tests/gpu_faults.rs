@@ -5,13 +5,14 @@
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use ringreduce::{
     Algo, Buffers, Collective, Collectives, CommConfig, Communicator, CpuCommunicator, DataType,
-    Error, Op, RawBuffers, Region, WaitKind, BATCH_RANKS,
+    Error, Op, RawBuffers, Region, BATCH_RANKS,
 };
 use ringreduce_tests::cases::{Case, Offsets};
 use ringreduce_tests::checked::lengths;
 use ringreduce_tests::graph::Captured;
+use ringreduce_tests::scenarios;
 use ringreduce_tests::soak::{env_or, soak, soak_ks, soak_ring};
-use ringreduce_tests::{gpu_comm, gpu_comm_on, run_case, run_gpu_tests};
+use ringreduce_tests::{gpu_comm, gpu_comm_on, run_case, run_gpu_tests, Leased};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -110,6 +111,14 @@ fn after_error(comm: &Communicator, b: &mut Bufs, e: Error, check: impl Fn(&Erro
 }
 
 fn gpu_bad_input(dev: usize) {
+    scenarios::bad_input(&maker(dev));
+    scenarios::split_regions(&maker(dev));
+    // The generic constructor places ranks by the config's device list.
+    let cfg = CommConfig::default().devices(vec![dev]);
+    assert!(matches!(
+        Communicator::create(2, cfg),
+        Err(Error::DeviceListLength { devices: 1, k: 2 })
+    ));
     let k = 3;
     let comm = Communicator::new(dev, k).unwrap();
     let mut b = bufs(&comm, 1000);
@@ -275,112 +284,35 @@ fn enqueue<C: Collectives>(
     bufs
 }
 
-fn gpu_missing_rank_times_out(dev: usize) {
-    for c in Collective::ALL {
-        missing_rank(dev, c);
-    }
-    // The process stays healthy: a new communicator works.
-    let k = 4;
-    let comm = gpu_comm(dev, k, CommConfig::default()).unwrap();
-    let mut b = bufs(&comm, 4096);
-    let s = b.streams.clone();
-    b.run(&comm, &s).unwrap();
-    comm.synchronize().unwrap();
-    assert!(b.correct(k));
+/// Communicators on device `dev`, from the pool, for the shared scenarios.
+fn maker(dev: usize) -> impl Fn(usize, CommConfig) -> Leased {
+    move |k, cfg| gpu_comm(dev, k, cfg).unwrap()
 }
 
-fn missing_rank(dev: usize, c: Collective) {
-    let (k, missing) = (4, 1);
-    let timeout = Duration::from_secs(1);
+fn gpu_missing_rank_times_out(dev: usize) {
     // One channel: its many slices fill the missing rank's staging ring, so
-    // its predecessor stalls too.
-    // The ring, forced: these waits are the ring's (`Auto` sends small
-    // all-gathers direct).
+    // its predecessor stalls too. The ring, forced: these waits are the
+    // ring's (`Auto` sends small all-gathers direct).
     let cfg = CommConfig::default()
-        .timeout(timeout)
-        .channels(1)
-        .algorithm(Algo::Ring);
-    let comm = gpu_comm(dev, k, cfg).unwrap();
-    comm.withhold_rank(Some(missing));
-    let t0 = Instant::now();
-    let _bufs = enqueue_f32(&comm, c, 1 << 20);
-    let err = comm.synchronize().expect_err("must time out");
-    let took = t0.elapsed();
-    println!("gpu {} missing rank: {took:?}: {err}", c.name());
-    // A wait gives up no earlier than its timeout, and not much later.
-    assert!(took >= timeout, "gave up early, after {took:?}");
-    assert!(took < timeout + Duration::from_secs(1));
-    assert!(matches!(&err, Error::Timeout(t) if t.peer == missing));
-    let (pred, succ) = comm.ring_order().neighbours(missing);
-    for (u, e) in comm.rank_errors().iter().enumerate() {
-        if u == missing {
-            assert!(e.is_none());
-        } else {
-            assert!(matches!(e, Some(Error::Timeout(_))), "rank {u}: {e:?}");
-        }
+        .timeout(Duration::from_secs(1))
+        .channels(1);
+    for c in Collective::ALL {
+        scenarios::missing_rank(&maker(dev), cfg.clone(), 4, c, Algo::Ring, 1 << 20);
     }
-    // The successor waits for the missing rank's data. The predecessor
-    // stalls on its full staging ring or, sooner, on data from upstream,
-    // which itself waits on the missing rank.
-    assert!(matches!(&comm.rank_errors()[succ], Some(Error::Timeout(t)) if t.peer == missing));
-    assert!(matches!(
-        &comm.rank_errors()[pred],
-        Some(Error::Timeout(t)) if (t.peer == missing) == (t.waiting_for == WaitKind::SlotFree)
-    ));
-    assert!(matches!(comm.synchronize(), Err(Error::Broken(_))));
+    // The process stays healthy: a new communicator works.
+    scenarios::healthy(&maker(dev), 4, Collective::ReduceScatter);
 }
 
 /// The direct forms' faults: a missing rank times out every peer in its
 /// wait for that rank's ready word; an abort ends a stalled direct call.
 fn gpu_direct_faults(dev: usize) {
-    let k = 4;
+    let cfg = CommConfig::default().timeout(Duration::from_secs(1));
     for algo in [Algo::OneShot, Algo::TwoShot] {
         for c in Collective::ALL {
-            let missing = 1;
-            let timeout = Duration::from_secs(1);
-            let cfg = CommConfig::default().timeout(timeout).algorithm(algo);
-            let comm = gpu_comm(dev, k, cfg).unwrap();
-            comm.withhold_rank(Some(missing));
-            let t0 = Instant::now();
-            let _bufs = enqueue_f32(&comm, c, 4096);
-            let err = comm.synchronize().expect_err("must time out");
-            let took = t0.elapsed();
-            println!(
-                "gpu {} {} missing rank: {took:?}: {err}",
-                algo.name(),
-                c.name()
-            );
-            assert!(took >= timeout, "gave up early, after {took:?}");
-            assert!(took < timeout + Duration::from_secs(1));
-            for (u, e) in comm.rank_errors().iter().enumerate() {
-                if u != missing {
-                    assert!(
-                        matches!(e, Some(Error::Timeout(t))
-                            if t.peer == missing && t.waiting_for == WaitKind::PeerReady),
-                        "rank {u}: {e:?}"
-                    );
-                }
-            }
-            // Its blocks go back to the pool before the next takes any.
-            drop(comm);
-            let cfg = CommConfig::default()
-                .timeout(Duration::from_secs(60))
-                .algorithm(algo);
-            let comm = gpu_comm(dev, k, cfg).unwrap();
-            comm.withhold_rank(Some(2));
-            let _bufs = enqueue_f32(&comm, c, 4096);
-            std::thread::sleep(Duration::from_millis(200));
-            let t = Instant::now();
-            comm.abort();
-            let err = comm.synchronize().expect_err("aborted");
-            println!(
-                "gpu {} {} abort: returned {:?} after abort()",
-                algo.name(),
-                c.name(),
-                t.elapsed()
-            );
-            assert!(matches!(err, Error::Aborted { .. }), "{err}");
-            assert!(t.elapsed() < Duration::from_millis(500));
+            scenarios::missing_rank(&maker(dev), cfg.clone(), 4, c, algo, 4096);
+            let within = Duration::from_millis(500);
+            let plain = CommConfig::default();
+            scenarios::abort_mid_call(&maker(dev), plain, 4, c, algo, 4096, within);
         }
     }
 }
@@ -427,65 +359,16 @@ fn gpu_graph_faults(dev: usize) {
 
 fn gpu_abort(dev: usize) {
     for c in Collective::ALL {
-        abort(dev, c);
-    }
-}
-
-fn abort(dev: usize, c: Collective) {
-    let k = 4;
-    let comm = gpu_comm(
-        dev,
-        k,
-        CommConfig::default().timeout(Duration::from_secs(60)),
-    )
-    .unwrap();
-    comm.withhold_rank(Some(2));
-    let _bufs = enqueue_f32(&comm, c, 1 << 24);
-    let waited = std::thread::scope(|sc| {
-        let h = sc.spawn(|| {
-            std::thread::sleep(Duration::from_millis(300));
-            let t = Instant::now();
-            comm.abort();
-            t
-        });
-        let err = comm.synchronize().expect_err("aborted");
-        let t = h.join().unwrap().elapsed();
-        assert!(matches!(err, Error::Aborted { .. }), "{err}");
-        t
-    });
-    println!(
-        "gpu {} abort: every rank returned {waited:?} after abort()",
-        c.name()
-    );
-    assert!(waited < Duration::from_millis(500));
-    for (u, e) in comm.rank_errors().iter().enumerate() {
-        if u != 2 {
-            assert!(matches!(e, Some(Error::Aborted { .. })), "rank {u}: {e:?}");
-        }
+        let within = Duration::from_millis(500);
+        let cfg = CommConfig::default();
+        scenarios::abort_mid_call(&maker(dev), cfg, 4, c, Algo::Ring, 1 << 24, within);
     }
 }
 
 /// An abort before the enqueue: refused with `Aborted`, nothing launched or
 /// written, in every one of 1000 runs.
 fn gpu_abort_before_enqueue(dev: usize) {
-    for i in 0..1000 {
-        let comm = gpu_comm(dev, 2, CommConfig::default()).unwrap();
-        let mut b = bufs(&comm, 64);
-        comm.abort();
-        let s = b.streams.clone();
-        assert_eq!(
-            b.run(&comm, &s),
-            Err(Error::Aborted { seen: None }),
-            "run {i}"
-        );
-        assert_eq!(
-            comm.synchronize(),
-            Err(Error::Aborted { seen: None }),
-            "run {i}"
-        );
-        assert_eq!(b.touched(), None, "run {i}");
-    }
-    println!("gpu abort before enqueue: 1000 of 1000 refused, nothing written");
+    scenarios::abort_before_enqueue(&maker(dev), 1000);
 }
 
 #[cfg(feature = "fault-injection")]

@@ -3,7 +3,7 @@
 
 use super::buffer::{HostBuffer, HostMem, HostView, UseGuard};
 use crate::channels::cpu_channels;
-use crate::collectives::{check_range, check_regions, views, Region};
+use crate::collectives::{check_range, check_regions, Region};
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
@@ -529,13 +529,29 @@ impl Engine for CpuBackend {
         op: Op,
     ) -> Result<()> {
         check_regions(regions, |b| b.len())?;
-        let bufs = views(
-            regions,
-            |send, send_at, recv, recv_at| {
-                CpuBuffers::out_of_place(send.view_within(send_at), recv.view_within(recv_at))
-            },
-            |buf, at| CpuBuffers::in_place(buf.view_within(at)),
-        );
+        let bufs: Vec<CpuBuffers<T>> = regions
+            .iter()
+            .map(|r| match r {
+                Region::OutOfPlace {
+                    send,
+                    send_at,
+                    recv,
+                    recv_at,
+                } => CpuBuffers::out_of_place(
+                    send.view_within(send_at.clone()),
+                    recv.view_within(recv_at.clone()),
+                ),
+                Region::Split {
+                    buf,
+                    send_at,
+                    recv_at,
+                } => CpuBuffers::out_of_place(
+                    buf.view_within(send_at.clone()),
+                    buf.view_within(recv_at.clone()),
+                ),
+                Region::InPlace { buf, at } => CpuBuffers::in_place(buf.view_within(at.clone())),
+            })
+            .collect();
         comm.collective(c, &bufs, op)
     }
 }

@@ -7,7 +7,7 @@ use super::checks::{check_devices, check_streams, check_views};
 use super::inner::Inner;
 use super::launch::enqueue;
 use super::setup::{create, max_channels_for};
-use crate::collectives::{check_range, check_regions, views, Region};
+use crate::collectives::{check_range, check_regions, Region};
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
@@ -296,7 +296,9 @@ impl Communicator {
         self.run(c, &spans, dtype, op, streams)
     }
 
-    /// A collective over regions of cudarc buffers, on `streams`.
+    /// A collective over regions of cudarc buffers, on `streams`: each
+    /// region's addresses taken from its buffers, so that a split region's
+    /// send and recv can be one allocation.
     pub(crate) fn regions_on<T: RsElement>(
         &self,
         c: Collective,
@@ -305,14 +307,82 @@ impl Communicator {
         streams: &[Arc<CudaStream>],
     ) -> Result<()> {
         check_regions(regions, |b| b.len())?;
-        let mut bufs = views(
-            regions,
-            |send, send_at, recv, recv_at| {
-                Buffers::out_of_place(send.slice(send_at), recv.slice_mut(recv_at))
-            },
-            |buf, at| Buffers::in_place(buf.slice_mut(at)),
-        );
-        self.collective(c, &mut bufs, op, streams)
+        self.begin(regions.len())?;
+        check_streams(&self.b.inner, streams)?;
+        let (k, sz) = (self.k(), std::mem::size_of::<T>() as u64);
+        let at = |base: u64, r: &Range<usize>| (base + r.start as u64 * sz, r.len() as u64);
+        let mut spans = Vec::with_capacity(k);
+        let mut guards = Vec::with_capacity(2 * k);
+        for (u, (r, s)) in regions.iter_mut().zip(streams).enumerate() {
+            let on_device = |which, buf: &CudaSlice<T>| self.check_buffer_device(u, which, buf);
+            spans.push(match r {
+                Region::OutOfPlace {
+                    send,
+                    send_at,
+                    recv,
+                    recv_at,
+                } => {
+                    on_device("send", send)?;
+                    on_device("recv", recv)?;
+                    let (sp, g1) = send.device_ptr(s);
+                    let (rp, g2) = recv.device_ptr_mut(s);
+                    guards.extend([g1, g2]);
+                    let ((send, send_len), (recv, recv_len)) = (at(sp, send_at), at(rp, recv_at));
+                    BufferSpan {
+                        send,
+                        send_len,
+                        recv,
+                        recv_len,
+                    }
+                }
+                Region::Split {
+                    buf,
+                    send_at,
+                    recv_at,
+                } => {
+                    on_device("send", buf)?;
+                    let (p, g) = buf.device_ptr_mut(s);
+                    guards.push(g);
+                    let ((send, send_len), (recv, recv_len)) = (at(p, send_at), at(p, recv_at));
+                    BufferSpan {
+                        send,
+                        send_len,
+                        recv,
+                        recv_len,
+                    }
+                }
+                Region::InPlace { buf, at: r } => {
+                    on_device("send", buf)?;
+                    let (p, g) = buf.device_ptr_mut(s);
+                    guards.push(g);
+                    let (addr, len) = at(p, r);
+                    BufferSpan::in_place(c, addr, len, k, u, sz)?
+                }
+            });
+        }
+        let r = self.run(c, &spans, T::DTYPE, op, streams);
+        drop(guards);
+        r
+    }
+
+    /// An error unless `buf` is on rank `rank`'s device.
+    fn check_buffer_device<T>(
+        &self,
+        rank: usize,
+        which: &'static str,
+        buf: &CudaSlice<T>,
+    ) -> Result<()> {
+        let expected = self.b.inner.ranks[rank].ctx.ordinal();
+        let found = buf.context().ordinal();
+        if found != expected {
+            return Err(Error::WrongDevice {
+                rank,
+                which,
+                found: found as i64,
+                expected,
+            });
+        }
+        Ok(())
     }
 }
 
