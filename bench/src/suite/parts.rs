@@ -235,8 +235,8 @@ pub fn all() -> Vec<Part> {
             50,
         ),
         // At k = 8 the three sizes took more than 580 s on an H100
-        // (2026-12-06, Auto side by side to 1 GiB at k = 4; 432 s before --rematch in the
-        // twenty-third), past the device tool's 600 s per command, so
+        // (2026-12-06, Auto side by side to 1 GiB at k = 4; 432 s before
+        // --rematch, 2026-12-06, Auto to 1 GiB), past the device tool's 600 s per command, so
         // 1 GiB is a part of its own (`--only auto-large-k8` still names
         // both): the rows' exact checks, not the timed calls, take most of
         // the time, and they grow with the size.
