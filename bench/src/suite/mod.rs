@@ -6,9 +6,11 @@
 pub mod ctx;
 pub mod exec;
 pub mod figures;
+pub mod judge;
 pub mod parts;
 pub mod probes;
 pub mod profile;
+pub mod runner;
 pub mod summary;
 
 use clap::{CommandFactory, FromArgMatches, Parser};
