@@ -19,6 +19,7 @@ pub mod report;
 pub mod run;
 pub mod sizes;
 pub mod suite;
+pub mod sweeps;
 pub mod table;
 
 pub use cli::BenchArgs;
