@@ -3,9 +3,8 @@
 //! on its devices). Pure functions, shared by every backend.
 
 use crate::error::{Error, Result};
-use crate::planner::CallOpts;
 use ringreduce_kernels::abi::MAX_CHANNELS;
-use ringreduce_kernels::types::{Algorithm, Collective};
+use ringreduce_kernels::types::Collective;
 
 /// Bytes of a rank's input below which one more channel does not pay: a
 /// channel's fixed cost (launching a block, the flag round trips of its
@@ -61,25 +60,6 @@ pub fn local_channels(
         .saturating_mul(size)
         .saturating_mul(k);
     ((traffic / LOCAL_BYTES_PER_BLOCK).clamp(1, grid.max(1)) / k.max(1)).max(1)
-}
-
-/// Blocks per rank a call of `c` runs with `algorithm`: what [`plan`]
-/// launches.
-pub fn call_channels(
-    c: Collective,
-    algorithm: Algorithm,
-    k: u64,
-    n: u64,
-    size: u64,
-    opts: &CallOpts,
-) -> u64 {
-    match algorithm {
-        Algorithm::Ring => channels_for(c, k, n, size, opts.channels, opts.max_channels),
-        Algorithm::Local => local_channels(c, k, n, size, opts.channels, opts.local_blocks),
-        Algorithm::OneShot | Algorithm::TwoShot => {
-            opts.direct_channels.clamp(1, opts.max_channels.max(1))
-        }
-    }
 }
 
 /// Channels every direct call runs (fewer when a rank has fewer): all of

@@ -209,7 +209,7 @@ impl CommConfig {
     /// have one per rank, or device 0 for all.
     pub fn devices_for(&self, k: usize) -> Result<Vec<usize>> {
         match &self.devices {
-            Some(d) if d.len() != k => Err(crate::Error::DeviceListLength {
+            Some(d) if d.len() != k => Err(crate::error::Error::DeviceListLength {
                 devices: d.len(),
                 k,
             }),

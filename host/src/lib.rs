@@ -76,6 +76,7 @@ mod hooks;
 mod memo;
 mod planner;
 pub mod reference;
+mod region;
 pub mod ring;
 mod state;
 mod status;
@@ -92,7 +93,7 @@ pub mod internals {
 }
 
 pub use algorithm::Algo;
-pub use collectives::{Collectives, Region};
+pub use collectives::Collectives;
 pub use config::CommConfig;
 pub use cpu::{CpuBackend, CpuBuffers, CpuCommunicator, HostBuffer, HostView};
 pub use element::{DataType, Element, RsElement};
@@ -101,6 +102,7 @@ pub use front::{Backend, Comm};
 pub use gpu::{Buffers, Communicator, GpuBackend, RawBuffers};
 pub use grad::{GradConfig, GradSync, Precision, Sparsity};
 pub use half;
+pub use region::Region;
 pub use ring::RingOrder;
 pub use ringreduce_kernels as kernels;
 pub use ringreduce_kernels::abi::BATCH_RANKS;

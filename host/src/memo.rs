@@ -260,7 +260,7 @@ mod tests {
             max_channels: 4,
             prefetch_rounds: 0,
             fault: None,
-            algorithm: crate::Algo::Auto,
+            algorithm: crate::algorithm::Algo::Auto,
             direct_half_bytes: 1 << 20,
             direct_channels: 1,
             local_blocks: 8,
@@ -414,7 +414,7 @@ mod tests {
         assert!(!memo.kept.iter().any(|(k, _)| k.spans == a || k.spans == b));
         // Any input differing replans: a changed option gives its own plan.
         let mut o = opts();
-        o.algorithm = crate::Algo::Ring;
+        o.algorithm = crate::algorithm::Algo::Ring;
         let ring = memo
             .plan(Collective::AllReduce, &cs, &a, DataType::F32, o)
             .cloned();

@@ -2,11 +2,11 @@
 //! configuration, whether an earlier error broke them, and test hooks.
 
 use crate::algorithm::{choose, Algo, Paths};
-use crate::channels::{call_channels, direct_channels};
+use crate::channels::direct_channels;
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
 use crate::hooks::TestHooks;
-use crate::planner::{CallOpts, Static};
+use crate::planner::{call_channels, CallOpts, Static};
 use crate::ring::RingOrder;
 use crate::status::{first_error, rank_errors};
 use ringreduce_kernels::abi::{Work, BATCH_RANKS};

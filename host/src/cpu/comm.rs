@@ -3,13 +3,13 @@
 
 use super::buffer::{HostBuffer, HostMem, HostView, UseGuard};
 use crate::channels::cpu_channels;
-use crate::collectives::{check_range, check_regions, Region};
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
 use crate::front::{Comm, Engine};
 use crate::memo::PlanMemo;
 use crate::planner::{connect, BufferSpan, ChannelWiring, Plan, RankWiring};
+use crate::region::{check_range, check_regions, Region};
 use crate::ring::RingOrder;
 use crate::state::CommState;
 use ringreduce_kernels::abi::{

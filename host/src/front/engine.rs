@@ -3,17 +3,37 @@
 //! [`Collectives`](crate::Collectives), move data in and out of its
 //! buffers.
 
-use super::Comm;
-use crate::collectives::Region;
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::Result;
 use crate::memo::PlanMemo;
 use crate::planner::Plan;
+use crate::region::Region;
 use crate::state::CommState;
 use ringreduce_kernels::{Collective, DataType, Op, StatusRecord};
 use std::ops::Range;
 use std::sync::Mutex;
+
+/// A communicator over `k` ranks on backend `B`. The GPU's is
+/// [`Communicator`](crate::Communicator), the CPU execution's
+/// [`CpuCommunicator`](crate::CpuCommunicator); code generic over `B` (or
+/// over [`Collectives`](crate::Collectives)) runs on either.
+///
+/// ```
+/// use ringreduce::{Backend, Comm, CommConfig, CpuBackend};
+/// fn make<B: Backend>(k: usize) -> ringreduce::Result<Comm<B>> {
+///     // Any backend, from one shape of arguments.
+///     Comm::<B>::create(k, CommConfig::default().channels(2))
+/// }
+/// let comm = make::<CpuBackend>(3)?;
+/// assert_eq!((comm.k(), comm.max_channels()), (3, 2));
+/// # Ok::<(), ringreduce::Error>(())
+/// ```
+// Defined here, beside what a backend must do, so that the front end's
+// code (`front/mod.rs`) and this trait need not import each other.
+pub struct Comm<B> {
+    pub(crate) b: B,
+}
 
 /// The backend's side of [`Comm`] (sealed: it lives in a private module).
 pub trait Engine: Sized {

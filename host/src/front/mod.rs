@@ -7,6 +7,7 @@
 
 mod engine;
 
+pub use engine::Comm;
 pub(crate) use engine::Engine;
 
 use crate::config::CommConfig;
@@ -24,25 +25,6 @@ use ringreduce_kernels::{Algorithm, Collective, DataType, Op};
 pub trait Backend: Engine {}
 
 impl<B: Engine> Backend for B {}
-
-/// A communicator over `k` ranks on backend `B`. The GPU's is
-/// [`Communicator`](crate::Communicator), the CPU execution's
-/// [`CpuCommunicator`](crate::CpuCommunicator); code generic over `B` (or
-/// over [`Collectives`](crate::Collectives)) runs on either.
-///
-/// ```
-/// use ringreduce::{Backend, Comm, CommConfig, CpuBackend};
-/// fn make<B: Backend>(k: usize) -> ringreduce::Result<Comm<B>> {
-///     // Any backend, from one shape of arguments.
-///     Comm::<B>::create(k, CommConfig::default().channels(2))
-/// }
-/// let comm = make::<CpuBackend>(3)?;
-/// assert_eq!((comm.k(), comm.max_channels()), (3, 2));
-/// # Ok::<(), ringreduce::Error>(())
-/// ```
-pub struct Comm<B> {
-    pub(crate) b: B,
-}
 
 impl<B: Backend> Comm<B> {
     /// The least staging per channel ([`CommConfig::buffer_bytes`]) this

@@ -3,11 +3,12 @@
 //! of the kernel crate's tasks. The GPU communicator maps a queue to a CUDA
 //! stream; the CPU execution has one queue per rank, its worker thread.
 
-use crate::collectives::{Collectives, Region};
+use crate::collectives::Collectives;
 use crate::cpu::{CpuCommunicator, HostBuffer};
 use crate::element::RsElement;
 use crate::error::{Error, Result};
 use crate::gpu::Communicator;
+use crate::region::Region;
 use cudarc::driver::{sys, CudaEvent, CudaSlice, CudaStream, DevicePtr};
 use ringreduce_kernels::catalogue;
 use ringreduce_kernels::grad::abi::{Task, TaskKind, TASK_THREADS};

@@ -5,9 +5,9 @@ use super::backend::GradBackend;
 use super::bucket::{pieces, plan, words, Bucket, Item, Packer};
 use super::descs::DescCache;
 use super::{slot, GradSync, Precision, Slots};
-use crate::collectives::Region;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
+use crate::region::Region;
 use ringreduce_kernels::grad::abi::{half_arg, HalfFormat, Task, TaskKind};
 use ringreduce_kernels::{Collective, DataType, Op};
 

@@ -9,8 +9,8 @@ use super::backend::GradBackend;
 use super::bucket::{pieces, Item};
 use super::fused::{copy_items, copy_task, reduce_plain};
 use super::{slot, GradSync, Slots, Sparsity};
-use crate::collectives::Region;
 use crate::error::{Error, Result};
+use crate::region::Region;
 use ringreduce_kernels::grad::abi::{tiles_for, SelectState, Task, TaskKind, SELECT_PASSES};
 use ringreduce_kernels::{Collective, Op};
 

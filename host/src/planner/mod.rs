@@ -8,7 +8,7 @@ mod plan;
 mod validate;
 mod wiring;
 
-pub use plan::{plan, CallOpts, Plan};
+pub use plan::{call_channels, plan, CallOpts, Plan};
 pub(crate) use validate::addresses;
 pub use validate::{sizing, validate, BufferSpan};
 pub use wiring::{connect, ChannelWiring, RankWiring, Static};

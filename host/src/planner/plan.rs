@@ -3,7 +3,7 @@
 
 use super::validate::{addresses, sizing, BufferSpan};
 use crate::algorithm::{choose, direct_layout, Algo, Paths};
-use crate::channels::call_channels;
+use crate::channels::{channels_for, local_channels};
 use crate::error::{Error, Result};
 use ringreduce_kernels::abi::Work;
 use ringreduce_kernels::plan::{needs_padding, Geometry, Sizing, PACK_BYTES};
@@ -34,6 +34,25 @@ pub struct CallOpts {
     /// Blocks a local call's grid may have, as many as run at once on the
     /// device; 0 when one launch cannot run every rank (no local call).
     pub local_blocks: u64,
+}
+
+/// Blocks per rank a call of `c` runs with `algorithm`: what [`plan`]
+/// launches.
+pub fn call_channels(
+    c: Collective,
+    algorithm: Algorithm,
+    k: u64,
+    n: u64,
+    size: u64,
+    opts: &CallOpts,
+) -> u64 {
+    match algorithm {
+        Algorithm::Ring => channels_for(c, k, n, size, opts.channels, opts.max_channels),
+        Algorithm::Local => local_channels(c, k, n, size, opts.channels, opts.local_blocks),
+        Algorithm::OneShot | Algorithm::TwoShot => {
+            opts.direct_channels.clamp(1, opts.max_channels.max(1))
+        }
+    }
 }
 
 /// What a collective turns into.
