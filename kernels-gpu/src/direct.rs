@@ -1,6 +1,7 @@
-//! The direct collectives, for messages too small for the ring to pay: one
-//! block runs one channel of one rank, with at most two rounds of flags
-//! instead of the ring's `k - 1` steps.
+//! The direct engine, for messages too small for the ring to pay: one
+//! block runs one channel of one rank through the phases of its schedule
+//! (`crate::schedule::direct`), with at most two rounds of flags instead
+//! of the ring's `k - 1` steps.
 //!
 //! Each rank first copies its input into its own direct staging, which
 //! every peer can read, and raises its channel's ready word. Once every
@@ -33,7 +34,8 @@ use crate::flags::{signal, wait_all_at_least, WaitCtx, WaitSite};
 use crate::groups::Groups;
 use crate::op::ReduceOp;
 use crate::plan::{block_residue, PACK_BYTES};
-use crate::transfer::fold;
+use crate::primitives::{copy, reduce};
+use crate::schedule::direct::{self as schedule, Blocks, Fold};
 use crate::types::{Algorithm, Collective};
 use core::mem::size_of;
 use core::ptr::addr_of;
@@ -92,6 +94,15 @@ impl Call<'_> {
         let (peers, channel) = (self.peers, self.channel);
         // SAFETY: `peers` holds `k` entries (the planner's contract).
         move |u: u64| unsafe { (*peers.add(u as usize)).ready + channel * DIRECT_FLAG_STRIDE }
+    }
+
+    /// The first block and the count of `blocks`.
+    #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    fn blocks(&self, blocks: Blocks) -> (u64, u64) {
+        match blocks {
+            Blocks::Own => (self.me, 1),
+            Blocks::Every => (0, self.k),
+        }
     }
 
     /// This channel's share of block `b`: (offset in the block, length).
@@ -168,29 +179,29 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
         }
         d.block_barrier_or(failed)
     };
+    let phases = schedule::direct(collective, algorithm);
     if tid != THREADS {
-        stage::<D, T, O, THREADS>(d, &call, tid);
+        stage::<D, T, O, THREADS>(d, &call, tid, phases.stage);
     }
     d.block_barrier_or(false);
     if exchange(0) {
         return;
     }
     if !control() {
-        match (collective, algorithm) {
-            (Collective::AllReduce, Algorithm::TwoShot) => {
-                reduce_own::<D, T, O, THREADS>(d, &call, tid)
+        match phases.fold {
+            Fold::Reduce { blocks, keep } => {
+                reduce_staged::<D, T, O, THREADS>(d, &call, tid, blocks, keep)
             }
-            (Collective::AllGather, _) => gather_staged::<D, T, O, THREADS>(d, &call, tid),
-            _ => reduce_staged::<D, T, O, THREADS>(d, &call, tid),
+            Fold::Gather => gather::<D, T, O, THREADS>(d, &call, tid, From::Staged),
         }
     }
-    if collective == Collective::AllReduce && algorithm == Algorithm::TwoShot {
+    if phases.gather_results {
         d.block_barrier_or(false);
         if exchange(1) {
             return;
         }
         if !control() {
-            gather_results::<D, T, O, THREADS>(d, &call, tid);
+            gather::<D, T, O, THREADS>(d, &call, tid, From::Results);
         }
     }
     if control() {
@@ -198,119 +209,97 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     }
 }
 
-/// Copies this channel's share of the own input into the own staging.
+/// Copies this channel's share of `blocks` of the own input into the own
+/// staging (an all-gather's input is its own block alone).
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
-unsafe fn stage<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(d: &D, c: &Call, tid: u64) {
-    let g = &c.w.geometry;
-    let own = |i: u64| (c.w.send + i * c.sz) as *const T;
-    // An all-gather's input is one block (its own); the others' every block.
-    let (first, count) = if c.collective == Collective::AllGather {
-        (c.me, 1)
-    } else {
-        (0, c.k)
-    };
-    let grp = Groups::of(tid, THREADS, count);
-    let mut i = grp.first;
-    while i < count {
-        let b = first + i;
-        let (off, len) = c.part(b);
-        let at = if c.collective == Collective::AllGather {
-            off
-        } else {
-            b * g.in_stride + off
-        };
-        let dst = c.staged::<T>(c.me, at);
-        fold::<D, T, O, false>(d, grp.lanes, |_| dst, 1, |_| own(at), 1, len, c.aligned, 1);
-        i += grp.groups;
-    }
-}
-
-/// Reduce-scatter and one-shot all-reduce: every output block this rank
-/// holds, folded from every peer's staging in user-rank order.
-#[cfg_attr(target_arch = "nvptx64", inline(always))]
-unsafe fn reduce_staged<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
+unsafe fn stage<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     d: &D,
     c: &Call,
     tid: u64,
+    blocks: Blocks,
 ) {
     let g = &c.w.geometry;
-    let (first, count) = if c.collective == Collective::ReduceScatter {
-        (c.me, 1)
-    } else {
-        (0, c.k)
-    };
+    let (first, count) = c.blocks(blocks);
     let grp = Groups::of(tid, THREADS, count);
     let mut i = grp.first;
     while i < count {
         let b = first + i;
         let (off, len) = c.part(b);
         let at = b * g.in_stride + off;
-        let out_at = b * g.out_stride + off;
-        let dst = (c.w.recv + out_at * c.sz) as *mut T;
-        let src = |u: u64| c.staged::<T>(u, at) as *const T;
-        let k = c.k as u32;
-        fold::<D, T, O, true>(d, grp.lanes, |_| dst, 1, src, c.k, len, c.aligned, k);
+        let src = (c.w.send + at * c.sz) as *const T;
+        let dst = c.staged::<T>(c.me, at);
+        copy::<D, T, O>(d, grp.lanes, |_| dst, 1, src, len, c.aligned);
         i += grp.groups;
     }
 }
 
-/// All-gather: every peer's staged input into its block of the output.
+/// `blocks` of the output, each folded from every peer's staging in
+/// user-rank order; with `keep`, the own block also into the own result
+/// region (the two-shot all-reduce's first shot).
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
-unsafe fn gather_staged<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
+unsafe fn reduce_staged<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     d: &D,
     c: &Call,
     tid: u64,
+    blocks: Blocks,
+    keep: bool,
 ) {
     let g = &c.w.geometry;
-    let grp = Groups::of(tid, THREADS, c.k);
-    let mut p = grp.first;
-    while p < c.k {
-        let (off, len) = c.part(p);
-        let dst = (c.w.recv + (p * g.out_stride + off) * c.sz) as *mut T;
-        let src = |_| c.staged::<T>(p, off) as *const T;
-        fold::<D, T, O, false>(d, grp.lanes, |_| dst, 1, src, 1, len, c.aligned, 1);
-        p += grp.groups;
-    }
-}
-
-/// Two-shot all-reduce, first shot: the own block, folded from every
-/// peer's staging, into the output and the own result region.
-#[cfg_attr(target_arch = "nvptx64", inline(always))]
-unsafe fn reduce_own<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
-    d: &D,
-    c: &Call,
-    tid: u64,
-) {
-    let g = &c.w.geometry;
-    let (off, len) = c.part(c.me);
-    let at = c.me * g.in_stride + off;
-    let dst = (c.w.recv + at * c.sz) as *mut T;
-    let keep = c.result::<T>(c.me, off);
-    let src = |u: u64| c.staged::<T>(u, at) as *const T;
-    let lanes = (tid, THREADS);
-    let dsts = |j: u64| if j == 0 { dst } else { keep };
-    fold::<D, T, O, true>(d, lanes, dsts, 2, src, c.k, len, c.aligned, c.k as u32);
-}
-
-/// Two-shot all-reduce, second shot: every other block, from its owner's
-/// result region.
-#[cfg_attr(target_arch = "nvptx64", inline(always))]
-unsafe fn gather_results<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
-    d: &D,
-    c: &Call,
-    tid: u64,
-) {
-    let g = &c.w.geometry;
-    let count = c.k - 1;
+    let (first, count) = c.blocks(blocks);
     let grp = Groups::of(tid, THREADS, count);
     let mut i = grp.first;
     while i < count {
-        // The blocks other than the own, in order.
-        let p = if i < c.me { i } else { i + 1 };
+        let b = first + i;
+        let (off, len) = c.part(b);
+        let at = b * g.in_stride + off;
+        let dst = (c.w.recv + (b * g.out_stride + off) * c.sz) as *mut T;
+        // The result region is looked up only for a shot that keeps.
+        let kept = if keep { c.result::<T>(c.me, off) } else { dst };
+        let dsts = |j: u64| if j == 0 { dst } else { kept };
+        let src = |u: u64| c.staged::<T>(u, at) as *const T;
+        let (k, dests) = (c.k as u32, 1 + keep as u64);
+        reduce::<D, T, O>(d, grp.lanes, dsts, dests, src, c.k, len, c.aligned, k);
+        i += grp.groups;
+    }
+}
+
+/// Where a gather reads a peer's block.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum From {
+    /// Its staged input (all-gather): every block, the own too.
+    Staged,
+    /// Its result region (two-shot all-reduce): every block but the own,
+    /// which the first shot wrote.
+    Results,
+}
+
+/// Every peer's block, from where `from` says, into its block of the
+/// output.
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
+unsafe fn gather<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
+    d: &D,
+    c: &Call,
+    tid: u64,
+    from: From,
+) {
+    let g = &c.w.geometry;
+    let count = if from == From::Results { c.k - 1 } else { c.k };
+    let grp = Groups::of(tid, THREADS, count);
+    let mut i = grp.first;
+    while i < count {
+        // The blocks in order; the own skipped when it is not gathered.
+        let p = if from == From::Results && i >= c.me {
+            i + 1
+        } else {
+            i
+        };
         let (off, len) = c.part(p);
         let dst = (c.w.recv + (p * g.out_stride + off) * c.sz) as *mut T;
-        let src = |_| c.result::<T>(p, off) as *const T;
-        fold::<D, T, O, false>(d, grp.lanes, |_| dst, 1, src, 1, len, c.aligned, 1);
+        let src = match from {
+            From::Staged => c.staged::<T>(p, off),
+            From::Results => c.result::<T>(p, off),
+        } as *const T;
+        copy::<D, T, O>(d, grp.lanes, |_| dst, 1, src, len, c.aligned);
         i += grp.groups;
     }
 }

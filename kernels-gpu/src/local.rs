@@ -1,4 +1,5 @@
-//! The local collectives: every rank on one device, run by one launch.
+//! The local engine: every rank on one device, run by one launch, each
+//! segment folded as its schedule says (`crate::schedule::local`).
 //!
 //! The launch is ordered after every rank's stream and before it again
 //! (events, see the host's launch), so when any block starts, every rank's
@@ -30,7 +31,8 @@ use crate::element::Element;
 use crate::groups::Groups;
 use crate::op::ReduceOp;
 use crate::plan::PACK_BYTES;
-use crate::transfer::fold;
+use crate::primitives::{copy, reduce};
+use crate::schedule::local::{self as schedule, At, Ranks};
 use crate::types::Collective;
 use core::mem::size_of;
 
@@ -129,31 +131,26 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64, const 
     let grp = Groups::of(tid, THREADS, if seg < run { pieces } else { 1 });
     let (aligned, kk) = (a.aligned != 0, k as u32);
     let at = |base: u64, i: u64| (base + i * sz) as *mut T;
+    let fold = schedule::local(c);
     let mut p = grp.first;
     while p < pieces {
         let s = first + p;
         let i = lo.max(s * seg);
         let (e, len) = (i - s * seg, hi.min((s + 1) * seg) - i);
-        match c {
-            // Segment `s` is rank `s`'s output, folded from block `s` of
-            // every input.
-            Collective::ReduceScatter => {
-                let dst = |_| at(ends.recv(s), e);
-                let src = |u: u64| at(ends.send(u), i) as *const T;
-                fold::<D, T, O, true>(d, grp.lanes, dst, 1, src, k, len, aligned, kk);
-            }
-            // Segment `s` is rank `s`'s input, copied to block `s` of every
-            // output.
-            Collective::AllGather => {
-                let dst = |u: u64| at(ends.recv(u), i);
-                let src = |_| at(ends.send(s), e) as *const T;
-                fold::<D, T, O, false>(d, grp.lanes, dst, k, src, 1, len, aligned, 1);
-            }
-            Collective::AllReduce => {
-                let dst = |u: u64| at(ends.recv(u), e);
-                let src = |u: u64| at(ends.send(u), e) as *const T;
-                fold::<D, T, O, true>(d, grp.lanes, dst, k, src, k, len, aligned, kk);
-            }
+        // The segment's fold, by the collective's schedule: whose buffers,
+        // and at the segment's place in the block or in the collective.
+        let place = |side: At| if side == At::Block { i } else { e };
+        let rank = |side: Ranks, u: u64| if side == Ranks::Every { u } else { s };
+        let count = |side: Ranks| if side == Ranks::Every { k } else { 1 };
+        let dst = |u: u64| at(ends.recv(rank(fold.to, u)), place(fold.to_at));
+        let dests = count(fold.to);
+        if fold.reduce {
+            let src = |u: u64| at(ends.send(rank(fold.from, u)), place(fold.from_at)) as *const T;
+            let sources = count(fold.from);
+            reduce::<D, T, O>(d, grp.lanes, dst, dests, src, sources, len, aligned, kk);
+        } else {
+            let src = at(ends.send(rank(fold.from, 0)), place(fold.from_at)) as *const T;
+            copy::<D, T, O>(d, grp.lanes, dst, dests, src, len, aligned);
         }
         p += grp.groups;
     }

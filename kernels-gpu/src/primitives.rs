@@ -1,11 +1,14 @@
-//! The step primitives, each a thin wrapper over the one generic
-//! [`transfer`]: what a producer lane does with one slice.
+//! The step primitives: what a lane does with one piece of data. The
+//! ring's are thin wrappers over the one generic [`transfer`] (a slice
+//! through the staging ring); the direct and local engines' are
+//! [`reduce`] and [`copy`], over [`fold`] (many sources, many
+//! destinations, in user-rank order).
 
 use crate::device::{Device, SliceWork};
 use crate::element::Element;
 use crate::op::ReduceOp;
 use crate::schedule::Prim;
-use crate::transfer::{transfer, COPY, FINAL, REDUCE};
+use crate::transfer::{fold, transfer, COPY, FINAL, REDUCE};
 
 /// Where one slice comes from and goes to.
 #[derive(Clone, Copy)]
@@ -118,4 +121,44 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
         Prim::RecvCopySend => recv_copy_send::<D, T, O, THREADS>(d, l, s, n),
         Prim::RecvCopy => recv_copy::<D, T, O, THREADS>(d, l, s, n),
     }
+}
+
+/// `dst(j)[i] = src(0)[i] op src(1)[i] op ... op src(sources - 1)[i]`,
+/// finished, for every destination `j < dests`: a direct or local
+/// reduction, striped over `lanes` (this lane, lanes).
+///
+/// # Safety
+/// As for [`fold`].
+#[allow(clippy::too_many_arguments)]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
+pub unsafe fn reduce<D: Device, T: Element, O: ReduceOp>(
+    d: &D,
+    lanes: (u64, u64),
+    dst: impl Fn(u64) -> *mut T,
+    dests: u64,
+    src: impl Fn(u64) -> *const T,
+    sources: u64,
+    n: u64,
+    aligned: bool,
+    k: u32,
+) {
+    fold::<D, T, O, true>(d, lanes, dst, dests, src, sources, n, aligned, k)
+}
+
+/// `src` copied into every destination `j < dests`: a direct engine's
+/// staging and gathers, a local all-gather.
+///
+/// # Safety
+/// As for [`fold`] with one source.
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
+pub unsafe fn copy<D: Device, T: Element, O: ReduceOp>(
+    d: &D,
+    lanes: (u64, u64),
+    dst: impl Fn(u64) -> *mut T,
+    dests: u64,
+    src: *const T,
+    n: u64,
+    aligned: bool,
+) {
+    fold::<D, T, O, false>(d, lanes, dst, dests, |_| src, 1, n, aligned, 1)
 }

@@ -1,9 +1,13 @@
-//! Each collective as a schedule for the ring engine: how many steps one
+//! Each collective as a schedule: for the ring engine, how many steps one
 //! chunk takes, which step primitive each step is, and which ring step of
-//! the all-reduce it plays (that decides the block it moves).
+//! the all-reduce it plays (that decides the block it moves); for the
+//! direct engine, its phases ([`direct`](direct::direct)); for the local
+//! one, the fold of a segment ([`local`](local::local)).
 
 mod all_gather;
 mod all_reduce;
+pub mod direct;
+pub mod local;
 mod reduce_scatter;
 
 use crate::types::Collective;
