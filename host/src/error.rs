@@ -378,6 +378,69 @@ pub enum Error {
         /// Where a kernel first noticed the abort, if one did.
         seen: Option<AbortSeen>,
     },
+    /// A launcher's variable is missing or malformed (see
+    /// [`Launch`](crate::bootstrap::Launch)).
+    #[error("environment variable {var}: {problem}")]
+    Env {
+        /// The variable.
+        var: &'static str,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// None of the launchers' variables is set.
+    #[error(
+        "no launcher's variables: run under torchrun (RANK, WORLD_SIZE), mpirun \
+         (OMPI_COMM_WORLD_RANK, _SIZE) or srun (SLURM_PROCID, SLURM_NTASKS)"
+    )]
+    NoLauncher,
+    /// Bytes or text that are no [`UniqueId`](crate::bootstrap::UniqueId).
+    #[error("not a ringreduce unique id: {0}")]
+    BadUniqueId(String),
+    /// A socket of the bootstrap failed: the text says which and how.
+    #[error("bootstrap: {0}")]
+    Bootstrap(String),
+    /// Rank 0's address answered with something that is not this
+    /// protocol, or of another version.
+    #[error("rendezvous: {0}")]
+    Rendezvous(String),
+    /// Rank 0 at this address belongs to another job (a second job on the
+    /// same port).
+    #[error(
+        "the rendezvous address belongs to another job: give each job its own port or unique id"
+    )]
+    ForeignJob,
+    /// A rank of the job was started with another world size.
+    #[error("rank {rank} was started for {theirs} ranks, rank 0 for {ours}")]
+    WorldMismatch {
+        /// The rank that disagrees.
+        rank: usize,
+        /// Its world size.
+        theirs: usize,
+        /// Rank 0's.
+        ours: usize,
+    },
+    /// Two processes claim one rank.
+    #[error("two processes claim rank {rank}")]
+    DuplicateRank {
+        /// The rank.
+        rank: usize,
+    },
+    /// A rank outside `0..world`.
+    #[error("rank {rank} is not below the world size {world}")]
+    RankOutOfRange {
+        /// The rank.
+        rank: usize,
+        /// The world size.
+        world: usize,
+    },
+    /// These ranks never arrived at the rendezvous.
+    #[error("ranks {ranks:?} never arrived at the rendezvous ({waited:?})")]
+    RanksMissing {
+        /// The missing ranks.
+        ranks: Vec<usize>,
+        /// How long the rendezvous waited.
+        waited: std::time::Duration,
+    },
     /// Any call after an earlier error broke the communicator; the text is that error.
     #[error("the communicator is broken by an earlier error ({0}); create a new one")]
     Broken(String),

@@ -63,6 +63,7 @@
 #![deny(missing_docs)]
 
 pub mod algorithm;
+pub mod bootstrap;
 mod channels;
 mod collectives;
 pub mod config;

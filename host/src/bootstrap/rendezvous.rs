@@ -1,0 +1,254 @@
+//! The rendezvous over TCP: rank 0 listens, every other rank connects and
+//! says who it is, and rank 0 answers each with every rank's identity, or
+//! with why the job cannot start. Every check is rank 0's, so every rank
+//! of a job returns the same error.
+
+use super::id::UniqueId;
+use super::identity::Identity;
+use super::wire::{recv, send, Hello, Refusal, Reply, MAGIC, VERSION};
+use crate::error::{Error, Result};
+use std::io::ErrorKind;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+/// How long a member waits for rank 0's answer beyond its own timeout:
+/// rank 0 reports missing ranks at its own deadline, which may come later.
+const ANSWER_GRACE: Duration = Duration::from_secs(1);
+
+/// How long rank 0 waits for a connection's first message: a stranger
+/// that says nothing must not hold the rendezvous up.
+const HELLO_WAIT: Duration = Duration::from_secs(2);
+
+/// A finished rendezvous: every rank's identity, and this rank's links
+/// (rank 0: one to every member, by rank; a member: one to rank 0, at 0).
+/// The links stay open: a closed one is how a dead peer shows.
+#[derive(Debug)]
+pub struct Rendezvous {
+    /// This rank.
+    pub rank: usize,
+    /// Every rank's identity, by rank.
+    pub ranks: Vec<Identity>,
+    /// This rank's open links, by the peer's rank.
+    pub links: Vec<Option<TcpStream>>,
+}
+
+/// Meets the other `world - 1` ranks of job `id` as `me`, within
+/// `timeout`.
+pub fn rendezvous(
+    id: &UniqueId,
+    me: Identity,
+    world: usize,
+    timeout: Duration,
+) -> Result<Rendezvous> {
+    let rank = me.rank as usize;
+    if world == 0 {
+        return Err(Error::ZeroRanks);
+    }
+    if rank >= world || world > u32::MAX as usize {
+        return Err(Error::RankOutOfRange { rank, world });
+    }
+    let deadline = Instant::now() + timeout;
+    if rank == 0 {
+        root(id, me, world, deadline, timeout)
+    } else {
+        member(id, me, world, deadline)
+    }
+}
+
+/// Rank 0: takes every member's hello until all have come, refusing
+/// strangers and other jobs, and gives up at `deadline` naming who is
+/// missing.
+fn root(
+    id: &UniqueId,
+    me: Identity,
+    world: usize,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<Rendezvous> {
+    let listener = match id.take_listener() {
+        Some(l) => l,
+        None => {
+            let any = SocketAddr::from((Ipv4Addr::UNSPECIFIED, id.root().port()));
+            TcpListener::bind(any)
+                .map_err(|e| Error::Bootstrap(format!("rank 0 cannot listen on {any}: {e}")))?
+        }
+    };
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::Bootstrap(format!("the listener: {e}")))?;
+    let mut members: Vec<Option<(TcpStream, Identity)>> = (0..world).map(|_| None).collect();
+    let mut arrived = 1;
+    while arrived < world {
+        let (mut s, _) = match listener.accept() {
+            Ok(c) => c,
+            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
+                if Instant::now() >= deadline {
+                    let ranks = (1..world)
+                        .filter(|&r| members[r].is_none())
+                        .map(|r| r as u32)
+                        .collect();
+                    let why = Refusal::Missing {
+                        ranks,
+                        waited_ms: timeout.as_millis() as u64,
+                    };
+                    return Err(fail_all(&mut members, None, why));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+                continue;
+            }
+            Err(e) => return Err(Error::Bootstrap(format!("accepting a rank: {e}"))),
+        };
+        let wait = deadline
+            .saturating_duration_since(Instant::now())
+            .clamp(Duration::from_millis(100), HELLO_WAIT);
+        let ready = s
+            .set_nonblocking(false)
+            .and_then(|()| s.set_read_timeout(Some(wait)));
+        if ready.is_err() {
+            continue;
+        }
+        let _ = s.set_nodelay(true);
+        // A connection that says nothing readable is not one of ours.
+        let Ok(h) = recv::<Hello>(&mut s) else {
+            continue;
+        };
+        if h.magic != MAGIC {
+            continue;
+        }
+        let refuse = |s: &mut TcpStream, why: Refusal| {
+            let _ = send(s, &Reply::Refused { magic: MAGIC, why });
+        };
+        if h.version != VERSION {
+            refuse(
+                &mut s,
+                Refusal::Version {
+                    theirs: h.version,
+                    ours: VERSION,
+                },
+            );
+            continue;
+        }
+        if h.job != id.job() {
+            refuse(&mut s, Refusal::ForeignJob);
+            continue;
+        }
+        // One of this job's ranks: from here a disagreement ends the job.
+        let r = h.me.rank;
+        let why = if h.world as usize != world {
+            Some(Refusal::World {
+                rank: r,
+                theirs: h.world,
+                ours: world as u32,
+            })
+        } else if r as usize >= world {
+            Some(Refusal::RankOutOfRange {
+                rank: r,
+                world: world as u32,
+            })
+        } else if r == 0 || members[r as usize].is_some() {
+            Some(Refusal::DuplicateRank { rank: r })
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(fail_all(&mut members, Some(s), why));
+        }
+        members[r as usize] = Some((s, h.me));
+        arrived += 1;
+    }
+    let mut ranks = vec![me];
+    let mut links = vec![None];
+    for m in members.into_iter().skip(1) {
+        let (s, who) = m.expect("every member arrived");
+        ranks.push(who);
+        links.push(Some(s));
+    }
+    for s in links.iter_mut().flatten() {
+        send(
+            s,
+            &Reply::Table {
+                magic: MAGIC,
+                ranks: ranks.clone(),
+            },
+        )?;
+    }
+    Ok(Rendezvous {
+        rank: 0,
+        ranks,
+        links,
+    })
+}
+
+/// Tells every member that arrived (and `also`) why the job ends, and
+/// returns that as the error.
+fn fail_all(
+    members: &mut [Option<(TcpStream, Identity)>],
+    also: Option<TcpStream>,
+    why: Refusal,
+) -> Error {
+    let reply = Reply::Refused {
+        magic: MAGIC,
+        why: why.clone(),
+    };
+    for (s, _) in members.iter_mut().flatten() {
+        let _ = send(s, &reply);
+    }
+    if let Some(mut s) = also {
+        let _ = send(&mut s, &reply);
+    }
+    why.to_error()
+}
+
+/// A member: connects to rank 0 (again and again until `deadline`, since
+/// it may not listen yet), says hello, and waits for the answer.
+fn member(id: &UniqueId, me: Identity, world: usize, deadline: Instant) -> Result<Rendezvous> {
+    let rank = me.rank as usize;
+    let root = id.root();
+    let mut s = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match TcpStream::connect_timeout(
+            &root,
+            left.clamp(Duration::from_millis(10), Duration::from_secs(1)),
+        ) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(_) => {
+                return Err(Error::RanksMissing {
+                    ranks: vec![0],
+                    waited: deadline.elapsed() + left,
+                })
+            }
+        }
+    };
+    let _ = s.set_nodelay(true);
+    let hello = Hello {
+        magic: MAGIC,
+        version: VERSION,
+        job: id.job(),
+        world: world as u32,
+        me: me.clone(),
+    };
+    send(&mut s, &hello)?;
+    let wait = deadline.saturating_duration_since(Instant::now()) + ANSWER_GRACE;
+    s.set_read_timeout(Some(wait))
+        .map_err(|e| Error::Bootstrap(format!("the link to rank 0: {e}")))?;
+    match recv::<Reply>(&mut s)? {
+        Reply::Table { magic, ranks } if magic == MAGIC => {
+            let sane = ranks.len() == world
+                && ranks.iter().enumerate().all(|(r, i)| i.rank as usize == r)
+                && ranks[rank] == me;
+            if !sane {
+                return Err(Error::Rendezvous(
+                    "rank 0's table does not match this rank".into(),
+                ));
+            }
+            let mut links: Vec<Option<TcpStream>> = (0..world).map(|_| None).collect();
+            links[0] = Some(s);
+            Ok(Rendezvous { rank, ranks, links })
+        }
+        Reply::Refused { magic, why } if magic == MAGIC => Err(why.to_error()),
+        _ => Err(Error::Rendezvous(format!(
+            "{root} is not a ringreduce rank 0"
+        ))),
+    }
+}
