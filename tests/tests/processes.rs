@@ -1,0 +1,125 @@
+//! Jobs of real processes, one per rank, started as `torchrun` and
+//! `mpirun` start them (their variables), meeting through the bootstrap:
+//! every rank gets the same table; a rank killed before it arrives makes
+//! every other rank fail within the timeout, naming it; a bad variable is
+//! an error that names it.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const RANK_BIN: &str = env!("CARGO_BIN_EXE_rank");
+
+/// A port nothing listens at now.
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+fn spawn(vars: &[(&str, String)]) -> Child {
+    let mut c = Command::new(RANK_BIN);
+    c.env_clear()
+        .env("RINGREDUCE_TIMEOUT_SECS", "2")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    for (k, v) in vars {
+        c.env(k, v);
+    }
+    c.spawn().expect("spawn a rank")
+}
+
+/// Each process's exit code and its one line.
+fn finish(children: Vec<Child>) -> Vec<(i32, String)> {
+    children
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output().unwrap();
+            let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            (out.status.code().unwrap_or(-1), line)
+        })
+        .collect()
+}
+
+fn torchrun(rank: usize, world: usize, port: u16) -> Vec<(&'static str, String)> {
+    vec![
+        ("RANK", rank.to_string()),
+        ("WORLD_SIZE", world.to_string()),
+        ("LOCAL_RANK", rank.to_string()),
+        ("LOCAL_WORLD_SIZE", world.to_string()),
+        ("MASTER_ADDR", "127.0.0.1".into()),
+        ("MASTER_PORT", port.to_string()),
+    ]
+}
+
+#[test]
+fn torchrun_and_mpirun_jobs_meet() {
+    let world = 4;
+    let port = free_port();
+    let got = finish(
+        (0..world)
+            .map(|r| spawn(&torchrun(r, world, port)))
+            .collect(),
+    );
+    let first = &got[0].1;
+    assert!(first.starts_with("table 4 "), "{got:?}");
+    assert!(
+        got.iter().all(|(code, line)| *code == 0 && line == first),
+        "{got:?}"
+    );
+
+    let port = free_port();
+    let mpi = |r: usize| {
+        vec![
+            ("OMPI_COMM_WORLD_RANK", r.to_string()),
+            ("OMPI_COMM_WORLD_SIZE", "3".to_string()),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", r.to_string()),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "3".to_string()),
+            ("RINGREDUCE_ROOT", format!("127.0.0.1:{port}")),
+        ]
+    };
+    let got = finish((0..3).map(|r| spawn(&mpi(r))).collect());
+    assert!(
+        got.iter()
+            .all(|(code, line)| *code == 0 && line == &got[0].1 && line.starts_with("table 3 ")),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn a_rank_killed_before_it_arrives_fails_the_others_naming_it() {
+    let (world, port) = (3, free_port());
+    let t0 = Instant::now();
+    let mut stalled = {
+        let mut v = torchrun(2, world, port);
+        v.push(("RINGREDUCE_TEST_STALL", "1".into()));
+        spawn(&v)
+    };
+    let others: Vec<Child> = (0..2).map(|r| spawn(&torchrun(r, world, port))).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    stalled.kill().expect("kill -9 the stalled rank");
+    let _ = stalled.wait();
+    let got = finish(others);
+    let took = t0.elapsed();
+    for (code, line) in &got {
+        assert_eq!(*code, 2, "{got:?}");
+        assert!(line.contains("ranks [2] never arrived"), "{got:?}");
+    }
+    // The timeout is 2 s: no rank gave up before it, and every rank has
+    // answered within it and a second (and the processes' start).
+    assert!(took >= Duration::from_secs(2), "{took:?}");
+    assert!(
+        took < Duration::from_secs(3) + Duration::from_millis(500),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn a_bad_variable_is_an_error_naming_it() {
+    let mut v = torchrun(0, 2, free_port());
+    v.retain(|(k, _)| *k != "WORLD_SIZE");
+    let got = finish(vec![spawn(&v)]);
+    assert_eq!(got[0].0, 2);
+    assert!(got[0].1.contains("WORLD_SIZE"), "{got:?}");
+    let got = finish(vec![spawn(&[("PATH", "/usr/bin".into())])]);
+    assert_eq!(got[0].0, 2);
+    assert!(got[0].1.contains("no launcher"), "{got:?}");
+}
