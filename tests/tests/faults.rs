@@ -4,8 +4,10 @@
 
 use ringreduce::kernels::abi::CPU_THREADS;
 use ringreduce::kernels::plan::{tile_bytes, PACK_BYTES, STAGING_SLOTS};
+#[cfg(feature = "fault-injection")]
+use ringreduce::WaitKind;
 use ringreduce::{
-    Algo, Collective, CommConfig, CpuBuffers, CpuCommunicator, Error, HostBuffer, Op, WaitKind,
+    Algo, Collective, CommConfig, CpuBuffers, CpuCommunicator, Error, HostBuffer, Op,
 };
 use ringreduce_tests::checked::lengths;
 use ringreduce_tests::scenarios;
@@ -15,11 +17,6 @@ use std::time::{Duration, Instant};
 /// soon fills every slot.
 fn small_staging(tiles: u64) -> u64 {
     STAGING_SLOTS * (tiles * tile_bytes(CPU_THREADS) + PACK_BYTES)
-}
-
-/// Reduce-scatter buffers with count `n`.
-fn buffers(k: usize, n: usize) -> (Vec<HostBuffer<f32>>, Vec<HostBuffer<f32>>) {
-    buffers_for(Collective::ReduceScatter, k, n)
 }
 
 /// Buffers of collective `c` with count `n`: rank `r` sends
@@ -44,17 +41,6 @@ fn bufs(send: &[HostBuffer<f32>], recv: &[HostBuffer<f32>]) -> Vec<CpuBuffers<f3
         .zip(recv)
         .map(|(s, r)| CpuBuffers::out_of_place(s.as_view(), r.as_view()))
         .collect()
-}
-
-fn healthy_again(k: usize) {
-    let comm = CpuCommunicator::new(k).unwrap();
-    let (send, recv) = buffers(k, 1000);
-    comm.reduce_scatter(&bufs(&send, &recv), Op::Sum).unwrap();
-    comm.synchronize().unwrap();
-    let want: Vec<f32> = (0..1000)
-        .map(|i| (0..k).map(|r| ((i * 3 + r) % 11) as f32).sum())
-        .collect();
-    assert_eq!(recv[0].to_vec(), want);
 }
 
 /// The algorithms a fault test runs: the ring and each direct form.
@@ -157,7 +143,7 @@ fn lost_ready_signal(c: Collective, algo: Algo) {
             );
         }
     }
-    healthy_again(k);
+    scenarios::healthy(&make, k, Collective::ReduceScatter);
 }
 
 #[cfg(feature = "fault-injection")]
@@ -198,7 +184,7 @@ fn lost_signal(c: Collective) {
         .to_string()
         .contains(&format!("chunk {chunk}, step {step}")));
     // Nothing wrong was written where the lost data should have gone.
-    healthy_again(k);
+    scenarios::healthy(&make, k, Collective::ReduceScatter);
 }
 
 #[test]

@@ -237,6 +237,7 @@ fn gpu_bad_input(dev: usize) {
 
 /// Collective `c` of f32 sums with count `n` on the communicator's own
 /// streams: rank `r` sends `(i * 3 + r) % 11` at element `i`.
+#[cfg(feature = "fault-injection")]
 fn enqueue_f32(
     comm: &Communicator,
     c: Collective,
