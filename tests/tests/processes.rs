@@ -123,3 +123,62 @@ fn a_bad_variable_is_an_error_naming_it() {
     assert_eq!(got[0].0, 2);
     assert!(got[0].1.contains("no launcher"), "{got:?}");
 }
+
+/// A job of `world` ranks that watch their peers for `watch_ms` after
+/// the rendezvous, with extra variables for some ranks.
+fn watching(
+    world: usize,
+    watch_ms: u64,
+    extra: &[(usize, &'static str, &'static str)],
+) -> Vec<Child> {
+    let port = free_port();
+    (0..world)
+        .map(|r| {
+            let mut v = torchrun(r, world, port);
+            v.push(("RINGREDUCE_TEST_WATCH", watch_ms.to_string()));
+            for &(who, k, val) in extra {
+                if who == r {
+                    v.push((k, val.to_string()));
+                }
+            }
+            spawn(&v)
+        })
+        .collect()
+}
+
+#[test]
+fn a_peer_killed_after_the_rendezvous_is_reported_to_every_rank() {
+    // A member dies, then rank 0 (the hub) itself.
+    for dead in [2usize, 0] {
+        let mut all = watching(3, 2500, &[(dead, "RINGREDUCE_TEST_HOLD", "1")]);
+        std::thread::sleep(Duration::from_millis(1000));
+        let mut victim = all.remove(dead);
+        victim.kill().expect("kill -9");
+        let _ = victim.wait();
+        let got = finish(all);
+        for (code, out) in &got {
+            assert_eq!(*code, 0, "{got:?}");
+            assert!(out.starts_with("table 3 "), "{got:?}");
+            assert!(
+                out.contains(&format!("lost {dead}")),
+                "rank {dead} died: {got:?}"
+            );
+            assert_eq!(out.matches("lost").count(), 1, "{got:?}");
+        }
+    }
+}
+
+#[test]
+fn an_abort_on_one_rank_reaches_every_rank() {
+    let got = finish(watching(3, 1500, &[(1, "RINGREDUCE_TEST_ABORT", "500")]));
+    for (r, (code, out)) in got.iter().enumerate() {
+        assert_eq!(*code, 0, "{got:?}");
+        if r == 1 {
+            assert!(out.contains("aborting"), "{got:?}");
+        } else {
+            assert!(out.contains("aborted 1"), "{got:?}");
+        }
+        // Everyone leaves cleanly afterwards: no death is reported.
+        assert!(!out.contains("lost"), "{got:?}");
+    }
+}
