@@ -16,7 +16,7 @@ use std::ops::Range;
 /// execution's worker threads). Calls are asynchronous: they return once
 /// every rank's work is queued.
 ///
-/// [`streams`]: Communicator::streams
+/// [`streams`]: crate::Communicator::streams
 pub trait Collectives: Sized {
     /// A buffer of `T` on one rank.
     type Buf<T: RsElement>;
@@ -68,7 +68,7 @@ pub trait Collectives: Sized {
     /// recorded.
     fn synchronize(&self) -> Result<()>;
     /// Makes every rank give up; every later call returns
-    /// [`Error::Aborted`].
+    /// [`Error::Aborted`](crate::Error::Aborted).
     fn abort(&self);
 
     /// Blocks per rank a call of `c` with count `n` of `T` runs: the

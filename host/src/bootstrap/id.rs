@@ -160,7 +160,7 @@ impl UniqueId {
 }
 
 impl fmt::Display for UniqueId {
-    /// [`TEXT_PREFIX`] and the bytes in hex.
+    /// `ringreduce1-` and the bytes in hex.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(TEXT_PREFIX)?;
         self.to_bytes()

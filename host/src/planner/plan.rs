@@ -29,7 +29,7 @@ pub struct CallOpts {
     pub algorithm: Algo,
     /// Bytes of each direct staging half (0: the ring only).
     pub direct_half_bytes: u64,
-    /// Channels of every direct call ([`crate::algorithm::direct_channels`]).
+    /// Channels of every direct call ([`crate::channels::direct_channels`]).
     pub direct_channels: u64,
     /// Blocks a local call's grid may have, as many as run at once on the
     /// device; 0 when one launch cannot run every rank (no local call).
