@@ -378,8 +378,15 @@ impl Engine for CpuBackend {
         holds: Vec<Vec<UseGuard>>,
     ) -> Result<()> {
         let k = self.inner.ranks.len();
-        let mut holds = holds.into_iter();
-        let mut guards_for = |_rank: usize| holds.next().unwrap_or_default();
+        // Each rank's holds go with its own job (a withheld rank's are
+        // dropped with the call).
+        let mut holds: Vec<Option<Vec<UseGuard>>> = holds.into_iter().map(Some).collect();
+        let mut guards_for = |rank: usize| {
+            holds
+                .get_mut(rank)
+                .and_then(Option::take)
+                .unwrap_or_default()
+        };
         // The catalogue entry the GPU would launch: the CPU runs its code.
         let entry = |works: &[Work]| {
             works
