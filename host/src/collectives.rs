@@ -127,12 +127,14 @@ impl<B: Backend> Collectives for Comm<B> {
         Comm::channels_for::<T>(self, c, n)
     }
     fn upload<T: RsElement>(&self, rank: usize, data: &[T]) -> Result<B::Buf<T>> {
+        self.check_rank(rank)?;
         self.b.upload(rank, data)
     }
     fn len_of<T: RsElement>(buf: &B::Buf<T>) -> usize {
         B::len_of(buf)
     }
     fn read<T: RsElement>(&self, rank: usize, buf: &B::Buf<T>, at: Range<usize>) -> Result<Vec<T>> {
+        self.check_rank(rank)?;
         self.b.read(rank, buf, at)
     }
     fn write<T: RsElement>(
@@ -142,6 +144,7 @@ impl<B: Backend> Collectives for Comm<B> {
         at: usize,
         data: &[T],
     ) -> Result<()> {
+        self.check_rank(rank)?;
         self.b.write(rank, buf, at, data)
     }
     fn collective<T: RsElement>(

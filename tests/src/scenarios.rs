@@ -241,6 +241,11 @@ pub fn bad_input<B: Backend, H: Deref<Target = Comm<B>>>(make: &impl Fn(usize, C
     let c = Collective::ReduceScatter;
     let (send_len, recv_len) = lengths(c, k, n);
     let mut b = buffers(&comm, c, n);
+    // A rank the communicator does not have, for its buffers' calls.
+    let nowhere = Err(Error::RankOutOfRange { rank: k, world: k });
+    assert_eq!(comm.upload(k, &[1.0f32]).map(|_| ()), nowhere);
+    assert_eq!(comm.read(k, &b[0].1, 0..1).map(|_| ()), nowhere);
+    assert_eq!(comm.write(k, &mut b[0].1, 0, &[1.0]), nowhere);
     for bad in Bad::ALL {
         let what = bad.what();
         let mut regions = bad.regions(&mut b, send_len, recv_len);

@@ -133,6 +133,15 @@ impl<B: Backend> Comm<B> {
         self.b.state().check(&recs)
     }
 
+    /// [`Error::RankOutOfRange`] for a rank this communicator does not have.
+    pub(crate) fn check_rank(&self, rank: usize) -> Result<()> {
+        let world = self.k();
+        if rank >= world {
+            return Err(Error::RankOutOfRange { rank, world });
+        }
+        Ok(())
+    }
+
     /// The checks every call makes before it looks at a buffer: the
     /// communicator works, and there is one rank's buffers per rank.
     pub(crate) fn begin(&self, buffers: usize) -> Result<()> {
