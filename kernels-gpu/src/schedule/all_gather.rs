@@ -2,7 +2,7 @@
 //! the output and sends it; each later step stores what arrives and, but
 //! for the last, passes it on.
 
-use super::Prim;
+use super::prim::Prim;
 
 /// Every primitive [`prim`] returns.
 pub const PRIMS: [Prim; 3] = [Prim::CopySend, Prim::RecvCopySend, Prim::RecvCopy];

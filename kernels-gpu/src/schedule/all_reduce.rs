@@ -2,7 +2,8 @@
 //! `k` are a reduce-scatter whose last step also sends the finished block;
 //! the other `k - 1` are the all-gather's last `k - 1` steps.
 
-use super::{all_gather, reduce_scatter, Prim};
+use super::prim::Prim;
+use super::{all_gather, reduce_scatter};
 
 /// Every primitive [`prim`] returns.
 pub const PRIMS: [Prim; 5] = [

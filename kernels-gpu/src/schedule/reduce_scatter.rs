@@ -1,7 +1,7 @@
 //! Reduce-scatter: `k` steps. The first sends a block, the middle ones add
 //! the own part and pass it on, the last finishes the rank's own block.
 
-use super::Prim;
+use super::prim::Prim;
 
 /// Every primitive [`prim`] returns.
 pub const PRIMS: [Prim; 3] = [Prim::Send, Prim::RecvReduceSend, Prim::RecvReduceCopy];
