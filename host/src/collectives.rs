@@ -6,7 +6,7 @@ use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::Result;
 use crate::front::{Backend, Comm};
-use crate::region::Region;
+use crate::region::{check_range, Region};
 use crate::ring::RingOrder;
 use ringreduce_kernels::{Algorithm, Collective, Op};
 use std::ops::Range;
@@ -135,6 +135,7 @@ impl<B: Backend> Collectives for Comm<B> {
     }
     fn read<T: RsElement>(&self, rank: usize, buf: &B::Buf<T>, at: Range<usize>) -> Result<Vec<T>> {
         self.check_rank(rank)?;
+        check_range(rank, "buffer", &at, B::len_of(buf))?;
         self.b.read(rank, buf, at)
     }
     fn write<T: RsElement>(
@@ -145,6 +146,8 @@ impl<B: Backend> Collectives for Comm<B> {
         data: &[T],
     ) -> Result<()> {
         self.check_rank(rank)?;
+        let r = at..at.saturating_add(data.len());
+        check_range(rank, "buffer", &r, B::len_of(buf))?;
         self.b.write(rank, buf, at, data)
     }
     fn collective<T: RsElement>(

@@ -72,16 +72,16 @@ pub trait Engine: Sized {
     fn upload<T: RsElement>(&self, rank: usize, data: &[T]) -> Result<Self::Buf<T>>;
     /// Elements of a buffer.
     fn len_of<T: RsElement>(buf: &Self::Buf<T>) -> usize;
-    /// Elements `at` (checked) of a rank's buffer, once the work queued on
-    /// it is done.
+    /// Elements `at` of a rank's buffer (the front end checked the range),
+    /// once the work queued on it is done.
     fn read<T: RsElement>(
         &self,
         rank: usize,
         buf: &Self::Buf<T>,
         at: Range<usize>,
     ) -> Result<Vec<T>>;
-    /// Overwrites (checked) a rank's buffer from element `at` on, after the
-    /// work queued on it.
+    /// Overwrites a rank's buffer from element `at` on (the front end
+    /// checked the range), after the work queued on it.
     fn write<T: RsElement>(
         &self,
         rank: usize,
