@@ -27,6 +27,9 @@ pub trait Collectives: Sized {
 
     /// Ranks.
     fn k(&self) -> usize;
+    /// The ranks whose buffers this process passes, in this order: all
+    /// of `0..k`, or its own as one process of a job.
+    fn local_ranks(&self) -> Range<usize>;
     /// The ring the collectives run on.
     fn ring_order(&self) -> &RingOrder;
     /// The configuration it was created with.
@@ -111,6 +114,9 @@ impl<B: Backend> Collectives for Comm<B> {
     fn k(&self) -> usize {
         Comm::k(self)
     }
+    fn local_ranks(&self) -> Range<usize> {
+        Comm::local_ranks(self)
+    }
     fn ring_order(&self) -> &RingOrder {
         Comm::ring_order(self)
     }
@@ -127,16 +133,16 @@ impl<B: Backend> Collectives for Comm<B> {
         Comm::channels_for::<T>(self, c, n)
     }
     fn upload<T: RsElement>(&self, rank: usize, data: &[T]) -> Result<B::Buf<T>> {
-        self.check_rank(rank)?;
-        self.b.upload(rank, data)
+        let here = self.check_rank(rank)?;
+        self.b.upload(here, data)
     }
     fn len_of<T: RsElement>(buf: &B::Buf<T>) -> usize {
         B::len_of(buf)
     }
     fn read<T: RsElement>(&self, rank: usize, buf: &B::Buf<T>, at: Range<usize>) -> Result<Vec<T>> {
-        self.check_rank(rank)?;
+        let here = self.check_rank(rank)?;
         check_range(rank, "buffer", &at, B::len_of(buf))?;
-        self.b.read(rank, buf, at)
+        self.b.read(here, buf, at)
     }
     fn write<T: RsElement>(
         &self,
@@ -145,10 +151,10 @@ impl<B: Backend> Collectives for Comm<B> {
         at: usize,
         data: &[T],
     ) -> Result<()> {
-        self.check_rank(rank)?;
+        let here = self.check_rank(rank)?;
         let r = at..at.saturating_add(data.len());
         check_range(rank, "buffer", &r, B::len_of(buf))?;
-        self.b.write(rank, buf, at, data)
+        self.b.write(here, buf, at, data)
     }
     fn collective<T: RsElement>(
         &self,

@@ -441,6 +441,84 @@ pub enum Error {
         /// How long the rendezvous waited.
         waited: std::time::Duration,
     },
+    /// Across processes, a buffer off a 16-byte boundary where the call's
+    /// blocks are whole 16-byte packs: every process must pick the same
+    /// path without seeing the others' addresses, and that path reads
+    /// packs (see the README's "One process per rank").
+    #[error(
+        "rank {rank}: {which} address {addr:#x} is not on a 16-byte boundary, which a \
+         communicator across processes needs when each block is a multiple of 16 bytes"
+    )]
+    UnalignedAcrossProcesses {
+        /// The user rank.
+        rank: usize,
+        /// `"send"` or `"recv"`.
+        which: &'static str,
+        /// The buffer's address.
+        addr: u64,
+    },
+    /// A peer process of the job died (its link closed without a
+    /// goodbye): every pending and later call of every survivor returns
+    /// this; the communicator is done.
+    #[error("rank {rank} of the job is lost (its process ended or its link broke); create a new communicator")]
+    PeerLost {
+        /// The lost rank.
+        rank: usize,
+    },
+    /// A peer process called `abort()`; like [`Error::Aborted`], every
+    /// pending and later call returns this.
+    #[error("rank {rank} of the job aborted the communicator")]
+    PeerAborted {
+        /// The rank that aborted.
+        rank: usize,
+    },
+    /// A rank of the job runs on another host: until a network backend
+    /// lands, every rank of a job must share one host's memory.
+    #[error(
+        "rank {rank} runs on host {theirs:?}, rank 0 on {ours:?}: a job across hosts needs a \
+         network backend, which this build does not have"
+    )]
+    OtherHost {
+        /// The rank on another host.
+        rank: usize,
+        /// Its host.
+        theirs: String,
+        /// Rank 0's host.
+        ours: String,
+    },
+    /// Ranks of one job were created with settings that must agree (the
+    /// text says which).
+    #[error("rank {rank} was created with {what} {theirs}, rank 0 with {ours}; every rank needs the same")]
+    JobMismatch {
+        /// The rank that disagrees.
+        rank: usize,
+        /// The setting.
+        what: &'static str,
+        /// Its value.
+        theirs: String,
+        /// Rank 0's.
+        ours: String,
+    },
+    /// Shared memory between the processes of a host could not be made or
+    /// mapped (the text says which, and why).
+    #[error("shared memory: {0}")]
+    SharedMemory(String),
+    /// A rank that lives in another process of the job: its buffers are
+    /// that process's to pass.
+    #[error("rank {rank} lives in another process of the job; this one holds ranks {local:?}")]
+    RemoteRank {
+        /// The rank asked for.
+        rank: usize,
+        /// The ranks this process holds.
+        local: std::ops::Range<usize>,
+    },
+    /// A communicator across processes with the watchdog off: a dead peer
+    /// would leave this rank's kernels waiting forever.
+    #[error(
+        "a communicator across processes needs the watchdog (CommConfig::watchdog(true)): it is \
+         what stops a kernel waiting for a dead peer"
+    )]
+    NeedsWatchdog,
     /// Any call after an earlier error broke the communicator; the text is that error.
     #[error("the communicator is broken by an earlier error ({0}); create a new one")]
     Broken(String),

@@ -145,7 +145,7 @@ impl PlanMemo {
         let like = match whole {
             Some(i) => i,
             None => match self.kept.iter().rposition(|(key, _)| alike(key)) {
-                Some(i) if repointable(c, &self.kept[i].1, spans, dtype)? => i,
+                Some(i) if repointable(c, &self.kept[i].1, spans, dtype, opts)? => i,
                 _ => return Ok(None),
             },
         };
@@ -196,11 +196,17 @@ impl PlanMemo {
 /// `plan`'s) and share `kept`'s alignment residue, the one thing besides
 /// the pointers that the addresses decide. A loop that moves its buffers
 /// (nccl-tests does) then pays a check, not a plan, per call.
-fn repointable(c: Collective, kept: &Plan, bufs: &[BufferSpan], dtype: DataType) -> Result<bool> {
+fn repointable(
+    c: Collective,
+    kept: &Plan,
+    bufs: &[BufferSpan],
+    dtype: DataType,
+    opts: &CallOpts,
+) -> Result<bool> {
     let Plan::Launch { aligned, works, .. } = kept else {
         return Ok(false);
     };
-    let (_, residue) = addresses(c, bufs, works.len(), dtype)?;
+    let (_, residue) = addresses(c, bufs, opts.part_of(works.len()), dtype)?;
     Ok(residue == aligned.then(|| works[0].residue))
 }
 
@@ -264,6 +270,7 @@ mod tests {
             direct_half_bytes: 1 << 20,
             direct_channels: 1,
             local_blocks: 8,
+            part: None,
         }
     }
 

@@ -6,15 +6,22 @@ use crate::channels::direct_channels;
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
 use crate::hooks::TestHooks;
-use crate::planner::{call_channels, CallOpts, Static};
+use crate::planner::{call_channels, CallOpts, Part, Static};
 use crate::ring::RingOrder;
 use crate::status::{first_error, rank_errors};
 use ringreduce_kernels::abi::{Work, BATCH_RANKS};
 use ringreduce_kernels::{Algorithm, Collective, Geometry, StatusRecord};
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 pub struct CommState {
+    /// The user ranks this process drives: all of them, or its own when
+    /// each rank is a process of a job.
+    pub local: Range<usize>,
+    /// A peer process's death or abort, which ends every call from now on
+    /// (see [`CommState::peer_fault`]).
+    peer_fault: Mutex<Option<Error>>,
     pub ring: RingOrder,
     pub config: CommConfig,
     /// Channels every rank has (and status records per rank).
@@ -57,6 +64,8 @@ impl CommState {
     ) -> Result<Self> {
         let one_batch = ring.len() <= BATCH_RANKS;
         Ok(CommState {
+            local: 0..ring.len(),
+            peer_fault: Mutex::new(None),
             ring,
             direct_half_bytes,
             // One launch holds at most `BATCH_RANKS` ranks.
@@ -75,6 +84,32 @@ impl CommState {
             status_channels: AtomicUsize::new(0),
             hooks: Mutex::new(TestHooks::default()),
         })
+    }
+
+    /// The same, as rank `rank` of a job whose other ranks are processes
+    /// elsewhere: no local call (one launch cannot run them).
+    pub fn in_job(mut self, rank: usize) -> Self {
+        self.local = rank..rank + 1;
+        self.local_blocks = 0;
+        self
+    }
+
+    /// Which ranks a call's buffers are, for the planner (`None`: all).
+    fn part(&self) -> Option<Part> {
+        (self.local.len() != self.ring.len()).then_some(Part {
+            first: self.local.start as u64,
+            world: self.ring.len() as u64,
+        })
+    }
+
+    /// Records a peer's death or abort (the first one wins): every call
+    /// from now on returns it. The caller raises the abort word, so that
+    /// a kernel waiting on the peer gives up.
+    pub fn peer_fault(&self, e: Error) {
+        let mut f = self.peer_fault.lock().unwrap_or_else(|e| e.into_inner());
+        if f.is_none() {
+            *f = Some(e);
+        }
     }
 
     pub fn hooks(&self) -> TestHooks {
@@ -123,6 +158,15 @@ impl CommState {
     /// communicator; otherwise the error the status records hold, which from
     /// now on breaks it.
     pub fn check(&self, recs: &[StatusRecord]) -> Result<()> {
+        // A lost or aborting peer explains whatever the records say since.
+        if let Some(e) = self
+            .peer_fault
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            return Err(e.clone());
+        }
         if self.aborted.load(Ordering::SeqCst) {
             return Err(match first_error(recs, self.max_channels, &self.ring) {
                 Some(e @ Error::Aborted { .. }) => e,
@@ -210,6 +254,7 @@ impl CommState {
             direct_half_bytes: self.direct_half_bytes,
             direct_channels: direct_channels(self.max_channels as u64),
             local_blocks: self.local_blocks(),
+            part: self.part(),
         }
     }
 }

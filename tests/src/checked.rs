@@ -110,6 +110,8 @@ fn layout<T: Gen>(spec: &Spec<T>, ring: &RingOrder, algorithm: Algorithm, seed: 
 /// A collective's buffers on its backend, and what they must hold.
 struct Checked<'a, C: Collectives, T: Gen> {
     comm: &'a C,
+    /// The user rank of `send[0]` and `recv[0]`.
+    first: usize,
     send: Vec<C::Buf<T>>,
     recv: Vec<Option<C::Buf<T>>>,
     want: Layout<T>,
@@ -122,10 +124,10 @@ impl<C: Collectives, T: Gen> Pending for Checked<'_, C, T> {
     }
     fn wrong(self: Box<Self>) -> Result<usize> {
         let mut wrong = 0;
-        for (u, b) in self.send.iter().enumerate() {
+        for (u, b) in (self.first..).zip(&self.send) {
             wrong += count_diff(&self.comm.download(u, b)?, &self.want.send_want[u]);
         }
-        for (u, b) in self.recv.iter().enumerate() {
+        for (u, b) in (self.first..).zip(&self.recv) {
             if let Some(b) = b {
                 wrong += count_diff(&self.comm.download(u, b)?, &self.want.recv_want[u]);
             }
@@ -134,7 +136,9 @@ impl<C: Collectives, T: Gen> Pending for Checked<'_, C, T> {
     }
 }
 
-/// Enqueues `spec` on `comm` without waiting.
+/// Enqueues `spec` on `comm` without waiting: the buffers of its local
+/// ranks (every rank, or one process's own in a job, where every process
+/// computes the same inputs and reference).
 pub fn submit<'a, C: Collectives, T: Gen>(
     comm: &'a C,
     spec: Spec<T>,
@@ -145,9 +149,10 @@ pub fn submit<'a, C: Collectives, T: Gen>(
     let (send_len, recv_len) = lengths(c, k, n);
     let algorithm = comm.algorithm_for::<T>(c, n)?;
     let l = layout(&spec, comm.ring_order(), algorithm, seed);
-    let mut send = Vec::with_capacity(k);
-    let mut recv = Vec::with_capacity(k);
-    for u in 0..k {
+    let local = comm.local_ranks();
+    let mut send = Vec::with_capacity(local.len());
+    let mut recv = Vec::with_capacity(local.len());
+    for u in local.clone() {
         send.push(comm.upload(u, &l.send_init[u])?);
         recv.push(if spec.in_place {
             None
@@ -156,8 +161,8 @@ pub fn submit<'a, C: Collectives, T: Gen>(
         });
     }
     {
-        let mut regions: Vec<Region<'_, C::Buf<T>>> = Vec::with_capacity(k);
-        for (u, (s, r)) in send.iter_mut().zip(recv.iter_mut()).enumerate() {
+        let mut regions: Vec<Region<'_, C::Buf<T>>> = Vec::with_capacity(local.len());
+        for (u, (s, r)) in local.clone().zip(send.iter_mut().zip(recv.iter_mut())) {
             let so = spec.send_off[u];
             if spec.in_place {
                 let (len, _, _) = in_place_layout(c, k, n, u);
@@ -179,6 +184,7 @@ pub fn submit<'a, C: Collectives, T: Gen>(
     }
     Ok(Box::new(Checked {
         comm,
+        first: local.start,
         send,
         recv,
         want: l,

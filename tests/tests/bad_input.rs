@@ -359,6 +359,7 @@ fn opts(buffer_bytes: u64, threads: u64) -> CallOpts {
         direct_half_bytes: 0,
         direct_channels: 1,
         local_blocks: 0,
+        part: None,
     }
 }
 

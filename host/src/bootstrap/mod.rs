@@ -19,5 +19,5 @@ pub use env::{Launch, Launcher, ROOT_ENV};
 pub use id::{UniqueId, ADVERTISE_ENV, LISTEN_ENV, UNIQUE_ID_BYTES};
 pub use identity::{host_name, Identity, HOST_ENV};
 pub use rendezvous::{rendezvous, Rendezvous};
-pub use watch::{Event, Watch, POLL};
+pub use watch::{Event, Leave, Watch, POLL};
 pub use wire::VERSION;

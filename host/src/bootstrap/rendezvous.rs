@@ -5,7 +5,7 @@
 
 use super::id::UniqueId;
 use super::identity::Identity;
-use super::wire::{recv, send, Hello, Refusal, Reply, MAGIC, VERSION};
+use super::wire::{recv, send, Gather, Hello, Refusal, Reply, MAGIC, VERSION};
 use crate::error::{Error, Result};
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -30,6 +30,75 @@ pub struct Rendezvous {
     pub ranks: Vec<Identity>,
     /// This rank's open links, by the peer's rank.
     pub links: Vec<Option<TcpStream>>,
+}
+
+impl Rendezvous {
+    /// Every rank's `mine`, by rank, once every rank has given its own:
+    /// an all-gather through rank 0 over the open links, and so a barrier
+    /// (the processes of a job meet once more after mapping each other's
+    /// memory). A rank whose link closes first, or that sends nothing
+    /// within `timeout`, fails it on every rank with
+    /// [`Error::PeerLost`] naming it.
+    pub fn exchange(&mut self, mine: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>> {
+        let world = self.ranks.len();
+        let wait = timeout + ANSWER_GRACE;
+        if self.rank == 0 {
+            let mut parts = vec![Vec::new(); world];
+            parts[0] = mine.to_vec();
+            let mut lost = None;
+            for (r, part) in parts.iter_mut().enumerate().skip(1) {
+                let heard = self.links[r].as_mut().map(|s| {
+                    s.set_read_timeout(Some(wait))
+                        .map_err(|e| Error::Bootstrap(e.to_string()))
+                        .and_then(|()| recv::<Gather>(s))
+                });
+                match heard {
+                    Some(Ok(Gather::Part { magic, bytes })) if magic == MAGIC => *part = bytes,
+                    _ => {
+                        lost = Some(r);
+                        break;
+                    }
+                }
+            }
+            let answer = match lost {
+                Some(r) => Gather::Lost {
+                    magic: MAGIC,
+                    rank: r as u32,
+                },
+                None => Gather::All {
+                    magic: MAGIC,
+                    parts: parts.clone(),
+                },
+            };
+            for s in self.links.iter_mut().flatten() {
+                let _ = send(s, &answer);
+            }
+            match lost {
+                Some(rank) => Err(Error::PeerLost { rank }),
+                None => Ok(parts),
+            }
+        } else {
+            let lost0 = Error::PeerLost { rank: 0 };
+            let s = self.links[0].as_mut().ok_or(lost0.clone())?;
+            let part = Gather::Part {
+                magic: MAGIC,
+                bytes: mine.to_vec(),
+            };
+            send(s, &part).map_err(|_| lost0.clone())?;
+            // Rank 0 waits up to `wait` for each member in turn.
+            s.set_read_timeout(Some(wait * world as u32))
+                .map_err(|e| Error::Bootstrap(e.to_string()))?;
+            match recv::<Gather>(s) {
+                Ok(Gather::All { magic, parts }) if magic == MAGIC && parts.len() == world => {
+                    Ok(parts)
+                }
+                Ok(Gather::Lost { magic, rank }) if magic == MAGIC => Err(Error::PeerLost {
+                    rank: rank as usize,
+                }),
+                _ => Err(lost0),
+            }
+        }
+    }
 }
 
 /// Meets the other `world - 1` ranks of job `id` as `me`, within

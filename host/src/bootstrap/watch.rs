@@ -27,6 +27,9 @@ enum Control {
     Abort { rank: u32 },
     /// Rank `rank` is dead (as rank 0 saw).
     Lost { rank: u32 },
+    /// Rank 0 to every member as it leaves: every rank has left (or died),
+    /// so none maps another's memory any more.
+    Released,
 }
 
 /// What the watch reports.
@@ -45,6 +48,15 @@ pub struct Watch {
     links: Arc<Mutex<Vec<Option<TcpStream>>>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// How a rank's leaving ended (see [`Watch::leave`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leave {
+    /// Every peer had left or died: no process maps this rank's memory.
+    Released,
+    /// The wait ran out first: some peer may still map it.
+    TimedOut,
 }
 
 impl Watch {
@@ -84,12 +96,65 @@ impl Watch {
     }
 }
 
-impl Drop for Watch {
-    fn drop(&mut self) {
+impl Watch {
+    fn stop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+
+    /// Leaves the job once this rank no longer touches its peers' memory,
+    /// and returns when no peer touches its own: every peer has left or
+    /// died, or `wait` ran out. A member says goodbye to rank 0 and waits
+    /// for its word that all have left; rank 0 waits for every member's
+    /// goodbye (or death), then gives that word. Memory a peer may still
+    /// map must not be freed (CUDA IPC's rule), and this is how a rank
+    /// knows.
+    pub fn leave(mut self, wait: Duration) -> Leave {
+        self.stop();
+        let deadline = std::time::Instant::now() + wait;
+        let bye = Control::Bye {
+            rank: self.rank as u32,
+        };
+        let mut links = std::mem::take(&mut *lock(&self.links));
+        let left = |s: &mut TcpStream, until: &dyn Fn(Control) -> bool| loop {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            let _ = s.set_read_timeout(Some((deadline - now).max(Duration::from_millis(1))));
+            match recv::<Control>(s) {
+                Ok(c) if until(c) => return true,
+                Ok(_) => continue,
+                // Before the deadline, a closed link (or garbage): the
+                // peer is gone, and its mappings with it.
+                Err(_) => return std::time::Instant::now() < deadline,
+            }
+        };
+        let mut released = true;
+        if self.rank == 0 {
+            for s in links.iter_mut().flatten() {
+                released &= left(s, &|c| matches!(c, Control::Bye { .. }));
+            }
+            for s in links.iter_mut().flatten() {
+                let _ = send(s, &Control::Released);
+            }
+        } else if let Some(s) = links.get_mut(0).and_then(Option::as_mut) {
+            let _ = send(s, &bye);
+            released = left(s, &|c| matches!(c, Control::Released));
+        }
+        if released {
+            Leave::Released
+        } else {
+            Leave::TimedOut
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.stop();
         let bye = Control::Bye {
             rank: self.rank as u32,
         };
@@ -144,6 +209,8 @@ fn watch(
                     (Event::Lost(r as usize), Control::Lost { rank: r })
                 }
                 Control::Abort { rank: r } => (Event::Aborted(r as usize), heard),
+                // Only `leave` waits for it; rank 0 sends it as it goes.
+                Control::Released => continue,
             };
             on(event);
             // Rank 0 passes it on to every other member.

@@ -55,6 +55,18 @@ pub enum Reply {
     Refused { magic: u64, why: Refusal },
 }
 
+/// An all-gather over the links after the rendezvous
+/// ([`Rendezvous::exchange`](super::Rendezvous::exchange)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Gather {
+    /// A member's part, to rank 0.
+    Part { magic: u64, bytes: Vec<u8> },
+    /// Every rank's part, by rank, from rank 0.
+    All { magic: u64, parts: Vec<Vec<u8>> },
+    /// Rank 0 lost rank `rank` before it gave its part.
+    Lost { magic: u64, rank: u32 },
+}
+
 impl Refusal {
     /// The library's error for this refusal.
     pub fn to_error(&self) -> Error {

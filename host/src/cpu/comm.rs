@@ -1,23 +1,20 @@
 //! The CPU backend: the same kernels, run by OS threads, under the one
 //! front end ([`Comm`]).
 
-use super::buffer::{HostBuffer, HostMem, HostView, UseGuard};
-use crate::channels::cpu_channels;
+use super::buffer::{HostBuffer, HostView, UseGuard};
+use super::setup::{self, Inner};
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
-use crate::front::{Comm, Engine};
+use crate::front::{Alarm, Comm, Engine};
+use crate::job::{Offer, Table};
 use crate::memo::PlanMemo;
-use crate::planner::{connect, BufferSpan, ChannelWiring, Plan, RankWiring};
+use crate::planner::{BufferSpan, Plan};
 use crate::region::{check_regions, Region};
-use crate::ring::RingOrder;
 use crate::state::CommState;
-use ringreduce_kernels::abi::{
-    DirectPeer, LocalArgs, RankConn, Work, CPU_THREADS, DIRECT_FLAG_STRIDE, MAX_CHANNELS,
-};
+use ringreduce_kernels::abi::{LocalArgs, Work, CPU_THREADS, MAX_CHANNELS};
 use ringreduce_kernels::catalogue;
-use ringreduce_kernels::cpu::{run_local, run_rank, BlockSync, Lane, Trap, Trapped};
-use ringreduce_kernels::plan::DEFAULT_BUFFER_BYTES;
+use ringreduce_kernels::cpu::{run_local, run_rank, BlockSync, Lane, Trapped};
 use ringreduce_kernels::types::{Algorithm, Collective};
 use ringreduce_kernels::{DataType, Op, StatusRecord};
 use std::ops::Range;
@@ -58,47 +55,6 @@ pub(super) type Job = Box<dyn FnOnce() + Send>;
 
 /// A rank's job queue and the thread that runs it.
 type Worker = (Option<Sender<Job>>, Option<JoinHandle<()>>);
-
-/// One channel's state, in host memory: the staging ring, the tail and
-/// head words and the status record, as the GPU communicator keeps them in
-/// device memory.
-struct CpuChannel {
-    staging: Arc<HostMem>,
-    /// Tail, head.
-    flags: Box<[AtomicU64; 2]>,
-    status: Box<[AtomicU64; StatusRecord::WORDS]>,
-}
-
-/// Per-rank state: its channels, the ring table and the connection the
-/// kernel reads (and whose `seq` words it advances).
-struct CpuRank {
-    channels: Vec<CpuChannel>,
-    user_from_ring: Box<[u32]>,
-    conn: Box<std::cell::UnsafeCell<RankConn>>,
-    /// The direct staging (two halves) and the channels' ready words, a
-    /// line apart.
-    direct: Option<Arc<HostMem>>,
-    ready: Box<[AtomicU64]>,
-}
-
-// SAFETY: `conn` is written by the planner before any job runs and
-// afterwards only by the kernel code of that rank, one job at a time.
-unsafe impl Sync for CpuRank {}
-
-struct Inner {
-    ranks: Vec<CpuRank>,
-    /// Every rank's direct staging and ready words, in user-rank order: the
-    /// table each rank's kernel code reads through a raw pointer, so it is
-    /// only held here (empty without direct staging).
-    #[allow(dead_code)]
-    direct_peers: Box<[DirectPeer]>,
-    abort: Box<AtomicU64>,
-    state: CommState,
-    /// The recent calls' plans (see [`PlanMemo`]).
-    memo: Mutex<PlanMemo>,
-    /// Raised by a lane that panics (see [`Trap`]).
-    trap: Trap,
-}
 
 /// The CPU execution's communicator: `k` ranks on CPU
 /// threads: each rank is a worker thread (its "stream") that runs every
@@ -184,6 +140,7 @@ impl CpuCommunicator {
     ) -> Result<()> {
         self.begin(bufs.len())?;
         let (k, sz) = (self.k(), std::mem::size_of::<T>() as u64);
+        let first = self.local_ranks().start;
         let mut spans = Vec::with_capacity(k);
         let mut holds = Vec::with_capacity(k);
         for (u, b) in bufs.iter().enumerate() {
@@ -198,7 +155,7 @@ impl CpuCommunicator {
                     vec![send.mem.begin_use(), recv.mem.begin_use()],
                 ),
                 CpuBuffers::InPlace(v) => (
-                    BufferSpan::in_place(c, v.addr(), v.len() as u64, k, u, sz)?,
+                    BufferSpan::in_place(c, v.addr(), v.len() as u64, k, first + u, sz)?,
                     vec![v.mem.begin_use()],
                 ),
             };
@@ -222,91 +179,14 @@ impl CpuCommunicator {
 }
 
 impl CpuBackend {
-    /// `k` ranks on CPU threads, set up by `config`.
-    fn start(k: usize, config: CommConfig) -> Result<Self> {
-        if k == 0 {
-            return Err(Error::ZeroRanks);
-        }
-        let ring = RingOrder::for_ranks(config.ring_order.as_deref(), k)?;
-        // Fail early on a staging buffer that cannot hold even one slice.
-        let staging = config.buffer_bytes.unwrap_or(DEFAULT_BUFFER_BYTES);
-        crate::planner::sizing(ringreduce_kernels::DataType::U8, staging, CPU_THREADS, true)?;
-        let channels = cpu_channels(config.channels)?;
-        let half = config.effective_direct_bytes();
-        let ready_words = MAX_CHANNELS * (DIRECT_FLAG_STRIDE / 8) as usize;
-        let ranks: Vec<CpuRank> = (0..k)
-            .map(|_| CpuRank {
-                direct: (half > 0).then(|| HostMem::new(2 * half as usize)),
-                ready: (0..ready_words).map(|_| AtomicU64::new(0)).collect(),
-                channels: (0..channels)
-                    .map(|_| CpuChannel {
-                        staging: HostMem::new(staging as usize),
-                        flags: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
-                        status: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
-                    })
-                    .collect(),
-                user_from_ring: ring.user_from_ring().into(),
-                conn: Box::new(std::cell::UnsafeCell::new(RankConn::default())),
-            })
-            .collect();
-        let abort = Box::new(AtomicU64::new(0));
-        let direct_peers: Box<[DirectPeer]> = if half > 0 {
-            ranks
-                .iter()
-                .map(|r| DirectPeer {
-                    area: r.direct.as_ref().map_or(0, |m| m.addr()),
-                    ready: r.ready.as_ptr() as u64,
-                })
-                .collect()
-        } else {
-            Box::new([])
-        };
-        let peers_at = if half > 0 {
-            direct_peers.as_ptr() as u64
-        } else {
-            0
-        };
-        let wiring: Vec<RankWiring> = ranks
-            .iter()
-            .map(|r| RankWiring {
-                user_from_ring: r.user_from_ring.as_ptr() as u64,
-                channels: r
-                    .channels
-                    .iter()
-                    .map(|c| ChannelWiring {
-                        staging: c.staging.addr(),
-                        tail: c.flags[0].as_ptr() as u64,
-                        head: c.flags[1].as_ptr() as u64,
-                        status: c.status.as_ptr() as u64,
-                    })
-                    .collect(),
-                direct_peers: peers_at,
-            })
-            .collect();
-        // Every rank's job of a local call meets the others before and after
-        // it, as one launch would run them (`CpuCommunicator::collective`).
-        let local_blocks = (k * channels) as u64;
-        let state = CommState::new(ring, config, channels, staging, half, local_blocks)?;
-        let conns = connect(
-            &state.ring,
-            &wiring,
-            state.statics(abort.as_ptr() as u64, false),
-        );
-        for (r, c) in ranks.iter().zip(conns) {
-            // SAFETY: no job exists yet.
-            unsafe { *r.conn.get() = c };
-        }
-        let inner = Arc::new(Inner {
-            state,
-            ranks,
-            direct_peers,
-            abort,
-            memo: Mutex::new(PlanMemo::default()),
-            trap: Trap::default(),
-        });
+    /// A worker thread for each rank of `inner`.
+    fn start(inner: Inner) -> Result<Self> {
+        let inner = Arc::new(inner);
         let conns = inner.ranks.iter().map(|r| r.conn.get() as u64).collect();
-        let workers = (0..k)
-            .map(|rank| -> Result<Worker> {
+        let first = inner.state.local.start;
+        let workers = (0..inner.ranks.len())
+            .map(|i| -> Result<Worker> {
+                let rank = first + i;
                 let (tx, rx) = channel::<Job>();
                 let inner = inner.clone();
                 let h = std::thread::Builder::new()
@@ -352,7 +232,27 @@ impl Engine for CpuBackend {
     type Buf<T: RsElement> = HostBuffer<T>;
 
     fn create(k: usize, config: CommConfig) -> Result<Self> {
-        CpuBackend::start(k, config)
+        CpuBackend::start(setup::local(k, config)?)
+    }
+    type Joining = setup::Joining;
+    fn prepare(
+        rank: usize,
+        _device: usize,
+        config: &CommConfig,
+        job: u64,
+    ) -> Result<(setup::Joining, Offer, [u8; 16])> {
+        let (j, offer) = setup::prepare(rank, config, job)?;
+        Ok((j, offer, [0; 16]))
+    }
+    fn join(joining: setup::Joining, table: &Table, config: CommConfig) -> Result<Self> {
+        CpuBackend::start(setup::join(joining, table, config)?)
+    }
+    fn alarm(&self) -> Alarm {
+        let inner = self.inner.clone();
+        Box::new(move |e| {
+            inner.state.peer_fault(e);
+            inner.abort.store(1, Ordering::SeqCst);
+        })
     }
     fn state(&self) -> &CommState {
         &self.inner.state
@@ -364,10 +264,11 @@ impl Engine for CpuBackend {
         &self.inner.memo
     }
     fn status_records(&self) -> Vec<StatusRecord> {
+        let channels = self.inner.state.max_channels as u64;
         self.inner
             .ranks
             .iter()
-            .flat_map(|r| r.channels.iter().map(|c| read_status(&c.status)))
+            .flat_map(|r| (0..channels).map(|c| read_status(r.status(c))))
             .collect()
     }
     fn execute(
@@ -458,7 +359,7 @@ impl Engine for CpuBackend {
                 let entry = entry(works)?;
                 let hooks = self.inner.state.hooks();
                 for (u, w) in works.iter().copied().enumerate() {
-                    if hooks.withhold_rank == Some(u) {
+                    if hooks.withhold_rank == Some(self.inner.state.local.start + u) {
                         continue;
                     }
                     let guards = guards_for(u);

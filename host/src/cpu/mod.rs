@@ -2,6 +2,7 @@
 
 mod buffer;
 mod comm;
+mod setup;
 mod tasks;
 
 pub use buffer::{HostBuffer, HostView};

@@ -5,7 +5,8 @@
 
 use crate::config::CommConfig;
 use crate::element::RsElement;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::job::{Offer, Table};
 use crate::memo::PlanMemo;
 use crate::planner::Plan;
 use crate::region::Region;
@@ -31,9 +32,18 @@ use std::sync::Mutex;
 /// ```
 // Defined here, beside what a backend must do, so that the front end's
 // code (`front/mod.rs`) and this trait need not import each other.
-pub struct Comm<B> {
+pub struct Comm<B: Engine> {
     pub(crate) b: B,
+    /// The peer watch, when the ranks are processes of a job; dropped
+    /// after the backend, so that peers hear the goodbye once this rank's
+    /// work is over.
+    pub(crate) job: Option<crate::bootstrap::Watch>,
 }
+
+/// What the watch calls when a peer dies or aborts: the backend records
+/// the error for every pending and later call, and raises its kernels'
+/// abort word.
+pub type Alarm = Box<dyn Fn(Error) + Send + 'static>;
 
 /// The backend's side of [`Comm`] (sealed: it lives in a private module).
 pub trait Engine: Sized {
@@ -47,13 +57,40 @@ pub trait Engine: Sized {
 
     /// `k` ranks set up by `config`.
     fn create(k: usize, config: CommConfig) -> Result<Self>;
+    /// A rank of a job before it meets its peers: its own memory, made
+    /// for them to map.
+    type Joining: Send;
+    /// Rank `rank`'s memory on `device`, exported, and what it offers the
+    /// peers of job `job`, with its device's UUID (zeros for none).
+    fn prepare(
+        rank: usize,
+        device: usize,
+        config: &CommConfig,
+        job: u64,
+    ) -> Result<(Self::Joining, Offer, [u8; 16])>;
+    /// The rank of `table`, its peers' memory mapped.
+    fn join(joining: Self::Joining, table: &Table, config: CommConfig) -> Result<Self>;
+    /// Every peer has mapped this rank's memory: what only served to find
+    /// it (a name) can go.
+    fn mapped(&mut self) {}
+    /// What a lost or aborting peer sets off (see [`Alarm`]).
+    fn alarm(&self) -> Alarm;
+    /// As a rank of a job leaves: its work ends, and it lets go of its
+    /// peers' memory, before it waits for them to let go of its own.
+    fn release_peers(&self) {
+        let _ = self.wait_idle();
+    }
+    /// A peer may still map this rank's memory after the leaving's wait:
+    /// keep it rather than free it under that peer.
+    fn abandon(&mut self) {}
     /// The ring, the configuration, and whether the communicator is broken.
     fn state(&self) -> &CommState;
-    /// Each user rank's connection address, as the planner takes them.
+    /// Each local rank's connection address, as the planner takes them.
     fn conns(&self) -> &[u64];
     /// The recent calls' plans.
     fn memo(&self) -> &Mutex<PlanMemo>;
-    /// Every rank's every channel's status record, in user-rank order.
+    /// Every local rank's every channel's status record, in user-rank
+    /// order.
     fn status_records(&self) -> Vec<StatusRecord>;
     /// Whether no record can hold an error, found without decoding them
     /// (the check every call makes); `false` when unsure.
@@ -68,7 +105,8 @@ pub trait Engine: Sized {
     /// Raises the word every kernel's waits poll.
     fn raise_abort(&self);
 
-    /// A new buffer on rank `rank` holding `data`.
+    /// A new buffer on rank `rank` holding `data` (here and below, `rank`
+    /// counts the local ranks: the front end checked and translated it).
     fn upload<T: RsElement>(&self, rank: usize, data: &[T]) -> Result<Self::Buf<T>>;
     /// Elements of a buffer.
     fn len_of<T: RsElement>(buf: &Self::Buf<T>) -> usize;

@@ -6,9 +6,10 @@
 //! nothing else.
 
 mod engine;
+mod job;
 
 pub use engine::Comm;
-pub(crate) use engine::Engine;
+pub(crate) use engine::{Alarm, Engine};
 
 use crate::config::CommConfig;
 use crate::element::RsElement;
@@ -37,7 +38,15 @@ impl<B: Backend> Comm<B> {
     pub fn create(k: usize, config: CommConfig) -> Result<Self> {
         Ok(Comm {
             b: B::create(k, config)?,
+            job: None,
         })
+    }
+
+    /// The user ranks this communicator holds, whose buffers its calls
+    /// take (in this order): all of `0..k`, or, as one process of a job
+    /// ([`init_rank`](Self::init_rank)), its own rank alone.
+    pub fn local_ranks(&self) -> std::ops::Range<usize> {
+        self.b.state().local.clone()
     }
 
     /// Ranks in the communicator.
@@ -97,9 +106,12 @@ impl<B: Backend> Comm<B> {
     pub fn abort(&self) {
         self.b.state().abort();
         self.b.raise_abort();
+        if let Some(watch) = &self.job {
+            watch.abort();
+        }
     }
 
-    /// Each user rank's recorded error, if any (for diagnostics: the error
+    /// Each local rank's recorded error, if any (for diagnostics: the error
     /// [`synchronize`](Self::synchronize) returns is the likeliest cause).
     pub fn rank_errors(&self) -> Vec<Option<Error>> {
         self.b.state().rank_errors(&self.b.status_records())
@@ -133,27 +145,34 @@ impl<B: Backend> Comm<B> {
         self.b.state().check(&recs)
     }
 
-    /// [`Error::RankOutOfRange`] for a rank this communicator does not have.
-    pub(crate) fn check_rank(&self, rank: usize) -> Result<()> {
+    /// Where rank `rank`'s things are among this process's: its index
+    /// in [`local_ranks`](Self::local_ranks).
+    /// [`Error::RankOutOfRange`] for a rank this communicator does not
+    /// have, [`Error::RemoteRank`] for one another process holds.
+    pub(crate) fn check_rank(&self, rank: usize) -> Result<usize> {
         let world = self.k();
         if rank >= world {
             return Err(Error::RankOutOfRange { rank, world });
         }
-        Ok(())
+        let local = self.local_ranks();
+        if !local.contains(&rank) {
+            return Err(Error::RemoteRank { rank, local });
+        }
+        Ok(rank - local.start)
     }
 
     /// The checks every call makes before it looks at a buffer: the
-    /// communicator works, and there is one rank's buffers per rank.
+    /// communicator works, and there is one buffer set per local rank.
     pub(crate) fn begin(&self, buffers: usize) -> Result<()> {
         self.check_broken()?;
-        let k = self.k();
+        let k = self.local_ranks().len();
         if buffers != k {
             return Err(Error::WrongBufferCount { got: buffers, k });
         }
         Ok(())
     }
 
-    /// Plans collective `c` over `spans` (user-rank order) through the
+    /// Plans collective `c` over `spans` (local ranks' order) through the
     /// memo, and has the backend execute the plan with `call`.
     pub(crate) fn run(
         &self,

@@ -5,12 +5,14 @@
 use super::buffers::{Buffers, RawBuffers};
 use super::checks::{check_devices, check_streams, check_views};
 use super::inner::Inner;
+use super::job;
 use super::launch::enqueue;
 use super::setup::{create, max_channels_for};
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
-use crate::front::{Comm, Engine};
+use crate::front::{Alarm, Comm, Engine};
+use crate::job::{Offer, Table};
 use crate::memo::PlanMemo;
 use crate::planner::BufferSpan;
 use crate::planner::Plan;
@@ -116,13 +118,9 @@ impl Communicator {
     /// when all links are equal); ring neighbours on two
     /// devices that cannot reach each other are [`Error::NoPeerAccess`].
     pub fn with_placement(devices: &[usize], config: CommConfig) -> Result<Self> {
-        let inner = create(devices, config)?;
-        let streams = group_streams(&inner)?;
         Ok(Comm {
-            b: GpuBackend {
-                inner: Arc::new(inner),
-                streams,
-            },
+            b: GpuBackend::start(create(devices, config)?)?,
+            job: None,
         })
     }
 
@@ -232,7 +230,7 @@ impl Communicator {
         streams: &[Arc<CudaStream>],
     ) -> Result<()> {
         self.begin(bufs.len())?;
-        let k = self.k();
+        let (k, first) = (self.k(), self.local_ranks().start);
         check_streams(&self.b.inner, streams)?;
         let sz = std::mem::size_of::<T>() as u64;
         check_views(&self.b.inner, bufs)?;
@@ -257,7 +255,7 @@ impl Communicator {
                     let len = buf.len() as u64;
                     let (p, g) = buf.device_ptr_mut(s);
                     guards.push(g);
-                    spans.push(BufferSpan::in_place(c, p, len, k, u, sz)?);
+                    spans.push(BufferSpan::in_place(c, p, len, k, first + u, sz)?);
                 }
             }
         }
@@ -310,6 +308,7 @@ impl Communicator {
         self.begin(regions.len())?;
         check_streams(&self.b.inner, streams)?;
         let (k, sz) = (self.k(), std::mem::size_of::<T>() as u64);
+        let first = self.local_ranks().start;
         let at = |base: u64, r: &Range<usize>| (base + r.start as u64 * sz, r.len() as u64);
         let mut spans = Vec::with_capacity(k);
         let mut guards = Vec::with_capacity(2 * k);
@@ -356,7 +355,7 @@ impl Communicator {
                     let (p, g) = buf.device_ptr_mut(s);
                     guards.push(g);
                     let (addr, len) = at(p, r);
-                    BufferSpan::in_place(c, addr, len, k, u, sz)?
+                    BufferSpan::in_place(c, addr, len, k, first + u, sz)?
                 }
             });
         }
@@ -387,9 +386,18 @@ impl Communicator {
 }
 
 impl GpuBackend {
+    /// The backend over `inner`, with a stream per launch group.
+    fn start(inner: Inner) -> Result<Self> {
+        let streams = group_streams(&inner)?;
+        Ok(GpuBackend {
+            inner: Arc::new(inner),
+            streams,
+        })
+    }
+
     fn status_records(&self) -> Vec<StatusRecord> {
         let per_rank = self.inner.state.max_channels;
-        (0..self.inner.state.ring.len() * per_rank)
+        (0..self.inner.ranks.len() * per_rank)
             .map(|r| {
                 let w: [u64; StatusRecord::WORDS] = std::array::from_fn(|i| {
                     self.inner
@@ -410,7 +418,40 @@ impl Engine for GpuBackend {
 
     fn create(k: usize, config: CommConfig) -> Result<Self> {
         let devices = config.devices_for(k)?;
-        Ok(Communicator::with_placement(&devices, config)?.b)
+        GpuBackend::start(create(&devices, config)?)
+    }
+    type Joining = job::Joining;
+    fn prepare(
+        rank: usize,
+        device: usize,
+        config: &CommConfig,
+        id: u64,
+    ) -> Result<(job::Joining, Offer, [u8; 16])> {
+        job::prepare(rank, device, config, id)
+    }
+    fn join(joining: job::Joining, table: &Table, config: CommConfig) -> Result<Self> {
+        GpuBackend::start(job::join(joining, table, config)?)
+    }
+    fn alarm(&self) -> Alarm {
+        let inner = self.inner.clone();
+        Box::new(move |e| {
+            inner.state.peer_fault(e);
+            inner.host.word(0).store(1, Ordering::SeqCst);
+        })
+    }
+    /// Waits for this rank's work, then closes its mappings of the peers'
+    /// areas.
+    fn release_peers(&self) {
+        let _ = self.wait_idle();
+        self.inner
+            .peers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+    /// Keeps every allocation for the life of the process.
+    fn abandon(&mut self) {
+        std::mem::forget(self.inner.clone());
     }
     fn state(&self) -> &CommState {
         &self.inner.state
@@ -431,7 +472,7 @@ impl Engine for GpuBackend {
     fn quiet(&self) -> bool {
         let state = &self.inner.state;
         let (per_rank, used) = (state.max_channels, state.status_channels());
-        (0..state.ring.len())
+        (0..self.inner.ranks.len())
             .flat_map(|u| (0..used).map(move |c| u * per_rank + c))
             .all(|r| {
                 let outcome = self.inner.host.word(1 + r * StatusRecord::WORDS);

@@ -70,6 +70,79 @@ impl Drop for DeviceAlloc {
     }
 }
 
+/// Bytes of a CUDA IPC memory handle.
+pub const IPC_HANDLE_BYTES: usize = 64;
+
+/// The IPC handle of `a`, which another process on this host maps with
+/// [`IpcMapping::open`] (CUDA IPC: `cuIpcGetMemHandle`).
+pub(crate) fn ipc_handle(a: &DeviceAlloc) -> Result<[u8; IPC_HANDLE_BYTES]> {
+    a.ctx.bind_to_thread()?;
+    let mut h = sys::CUipcMemHandle {
+        reserved: [0; IPC_HANDLE_BYTES],
+    };
+    // SAFETY: `a.ptr` is the base of a live `cuMemAlloc` allocation; the
+    // call writes the handle.
+    unsafe { sys::cuIpcGetMemHandle(&mut h, a.ptr) }.result()?;
+    Ok(h.reserved.map(|c| c as u8))
+}
+
+/// A peer process's allocation mapped here (`cuIpcOpenMemHandle`), closed
+/// when dropped: the owner frees its memory only after every peer has
+/// closed its mapping (the job's goodbye, `front/job.rs`).
+pub(crate) struct IpcMapping {
+    ctx: Arc<CudaContext>,
+    pub ptr: u64,
+}
+
+// SAFETY: a device address and a context; the driver's calls are
+// thread-safe.
+unsafe impl Send for IpcMapping {}
+unsafe impl Sync for IpcMapping {}
+
+impl IpcMapping {
+    /// Maps the allocation of `handle` (another process's, on this host)
+    /// into `ctx`, with peer access enabled as needed.
+    pub fn open(ctx: &Arc<CudaContext>, handle: &[u8]) -> Result<Self> {
+        let reserved: [u8; IPC_HANDLE_BYTES] = handle.try_into().map_err(|_| {
+            Error::Rendezvous(format!(
+                "an IPC handle of {} bytes, not {IPC_HANDLE_BYTES}",
+                handle.len()
+            ))
+        })?;
+        ctx.bind_to_thread()?;
+        let h = sys::CUipcMemHandle {
+            reserved: reserved.map(|b| b as std::ffi::c_char),
+        };
+        let mut ptr: sys::CUdeviceptr = 0;
+        let lazy = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as std::ffi::c_uint;
+        // SAFETY: writes one address; a bad handle is an error.
+        unsafe { sys::cuIpcOpenMemHandle_v2(&mut ptr, h, lazy) }.result()?;
+        Ok(IpcMapping {
+            ctx: ctx.clone(),
+            ptr,
+        })
+    }
+}
+
+impl Drop for IpcMapping {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: opened by `open`; the communicator synchronised first.
+        unsafe {
+            let _ = sys::cuIpcCloseMemHandle(self.ptr);
+        }
+    }
+}
+
+/// The UUID of `ctx`'s device: what tells ranks on one GPU from ranks on
+/// two, across processes.
+pub(crate) fn device_uuid(ctx: &CudaContext) -> Result<[u8; 16]> {
+    let mut u = sys::CUuuid { bytes: [0; 16] };
+    // SAFETY: writes 16 bytes.
+    unsafe { sys::cuDeviceGetUuid_v2(&mut u, ctx.cu_device()) }.result()?;
+    Ok(u.bytes.map(|c| c as u8))
+}
+
 /// Pinned host memory mapped into the device's address space, for the abort
 /// word and the status records: the host writes and reads it while kernels
 /// run, without any copy.

@@ -2,7 +2,7 @@
 //! launch groups and their events, the memo and the state. Setup fills it
 //! and launch reads it; it depends on neither.
 
-use super::driver::{DeviceAlloc, Event, MappedHost};
+use super::driver::{DeviceAlloc, Event, IpcMapping, MappedHost};
 use super::module::Kernels;
 use crate::error::Result;
 use crate::memo::PlanMemo;
@@ -14,17 +14,18 @@ use std::sync::{Arc, Mutex};
 /// One rank's device memory.
 pub struct Rank {
     pub ctx: Arc<CudaContext>,
-    /// Every channel's staging ring, `staging_stride` apart.
-    pub staging: DeviceAlloc,
-    /// Every channel's tail and head, `FLAG_STRIDE` apart.
-    pub flags: DeviceAlloc,
+    /// What its peers write: every channel's staging ring and flags, and
+    /// the direct staging with its ready words, laid out by
+    /// [`RankLayout`](crate::layout::RankLayout) (the status records are
+    /// in [`Inner::host`] instead, where the host reads them).
+    pub area: DeviceAlloc,
     pub user_from_ring: DeviceAlloc,
-    /// The [`RankConn`] the kernel reads.
+    /// The [`RankConn`](ringreduce_kernels::abi::RankConn) the kernel reads.
     pub conn: DeviceAlloc,
-    /// The direct staging (two halves), the channels' ready words
-    /// ([`DIRECT_FLAG_STRIDE`] apart) and the table of every rank's
-    /// ([`DirectPeer`]s); `None` without direct staging.
-    pub direct: Option<[DeviceAlloc; 3]>,
+    /// The table of every rank's direct staging and ready words
+    /// ([`DirectPeer`](ringreduce_kernels::abi::DirectPeer)s) as this
+    /// rank's kernel reads it; `None` without direct staging.
+    pub direct_peers: Option<DeviceAlloc>,
 }
 
 /// Everything a communicator owns.
@@ -49,6 +50,9 @@ pub struct Inner {
     /// Blocks of the collective kernels that can be resident at once on
     /// the smallest of the ranks' devices.
     pub resident_blocks: usize,
+    /// As a rank of a job: the peers' areas mapped here, closed as the
+    /// rank leaves (before the peers free them).
+    pub peers: Mutex<Vec<IpcMapping>>,
 }
 
 /// User ranks by device, in order of first appearance, cut into groups of

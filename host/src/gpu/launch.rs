@@ -49,7 +49,12 @@ pub fn enqueue(
                 inner.kernels[g.ranks[0]].collective(entry)?;
             }
             inner.state.note_launch(works);
-            let withhold = inner.state.hooks().withhold_rank;
+            // The hook names a user rank; groups count the ranks here.
+            let withhold = inner
+                .state
+                .hooks()
+                .withhold_rank
+                .and_then(|w| w.checked_sub(inner.state.local.start));
             for g in &inner.groups {
                 // The test hook aside, every rank of the group.
                 let members: Cow<'_, [usize]> = match withhold {

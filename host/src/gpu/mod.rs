@@ -6,6 +6,7 @@ mod checks;
 mod comm;
 pub(crate) mod driver;
 mod inner;
+mod job;
 mod launch;
 #[doc(hidden)]
 pub mod module;

@@ -8,14 +8,15 @@ use super::module::Kernels;
 use crate::channels::{channels_that_fit, Fit};
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
+use crate::layout::{direct_peers, wiring, RankLayout};
 use crate::memo::PlanMemo;
-use crate::planner::{connect, ChannelWiring, RankWiring};
+use crate::planner::connect;
 use crate::ring::RingOrder;
 use crate::state::CommState;
 use crate::topology::{check_ring, ring_from_topology};
 use cudarc::driver::{CudaContext, CudaFunction};
 use ringreduce_kernels::abi::{
-    DirectPeer, RankConn, BATCH_RANKS, BLOCK_THREADS, DIRECT_FLAG_STRIDE, GPU_THREADS, MAX_CHANNELS,
+    DirectPeer, RankConn, BATCH_RANKS, BLOCK_THREADS, GPU_THREADS, MAX_CHANNELS,
 };
 use ringreduce_kernels::catalogue::{Args, COLLECTIVE_ENTRIES};
 use ringreduce_kernels::{DataType, StatusRecord};
@@ -25,22 +26,7 @@ use std::sync::{Arc, Mutex};
 
 /// Kernels that can be resident on one device at once (compute capability
 /// 7.0 and newer): one launch per [`BATCH_RANKS`] ranks there.
-const MAX_RESIDENT_GRIDS: usize = 128;
-
-/// Channels' staging rings start this many bytes apart at least, so that
-/// every channel's 16-byte packs stay aligned whatever size the staging is.
-const STAGING_ALIGN: u64 = 256;
-
-/// Bytes between two channels' staging rings in a rank's allocation.
-fn staging_stride(bytes: u64) -> u64 {
-    bytes.next_multiple_of(STAGING_ALIGN)
-}
-
-/// Bytes of flags per channel: the tail and the head each on a line of
-/// their own, since different peers write them.
-const FLAG_STRIDE: u64 = 256;
-/// Offset of the head word in a channel's flags (the tail is at 0).
-const HEAD: u64 = 128;
+pub(super) const MAX_RESIDENT_GRIDS: usize = 128;
 
 /// Sets up `devices.len()` ranks, user rank `u` on `devices[u]`.
 pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
@@ -71,10 +57,7 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
         most_here = most_here.max(here);
         kernels_of.insert(d, kernels);
     }
-    let ufr = ring.user_from_ring();
-    let table: Vec<u8> = ufr.iter().flat_map(|u| u.to_ne_bytes()).collect();
     let buffer = config.gpu_staging_bytes(most_here * max_channels);
-    let stride = staging_stride(buffer);
     // Direct collectives read every peer's staging; across devices that
     // needs peer access between every pair, which is not set up yet, so
     // ranks that span devices use the ring only.
@@ -83,71 +66,27 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
     } else {
         config.effective_direct_bytes()
     };
+    let layout = RankLayout::new(max_channels, buffer, half);
     let mut ranks = Vec::with_capacity(k);
     for &d in devices {
         let ctx = &ctxs[&d];
-        let user_from_ring = DeviceAlloc::zeroed(ctx, table.len())?;
-        // SAFETY: the allocation holds exactly the table.
-        unsafe { driver::copy_htod(user_from_ring.ptr, &table)? };
-        ranks.push(Rank {
-            ctx: ctx.clone(),
-            staging: DeviceAlloc::zeroed(ctx, (stride * max_channels as u64) as usize)?,
-            flags: DeviceAlloc::zeroed(ctx, (FLAG_STRIDE * max_channels as u64) as usize)?,
-            user_from_ring,
-            conn: DeviceAlloc::zeroed(ctx, std::mem::size_of::<RankConn>())?,
-            direct: if half > 0 {
-                Some([
-                    DeviceAlloc::zeroed(ctx, (2 * half) as usize)?,
-                    DeviceAlloc::zeroed(ctx, (DIRECT_FLAG_STRIDE * max_channels as u64) as usize)?,
-                    DeviceAlloc::zeroed(ctx, k * std::mem::size_of::<DirectPeer>())?,
-                ])
-            } else {
-                None
-            },
-        });
+        let area = DeviceAlloc::zeroed(ctx, layout.bytes as usize)?;
+        ranks.push(new_rank(ctx, &ring, area, half > 0, k)?);
     }
-    let peers: Vec<DirectPeer> = ranks
-        .iter()
-        .filter_map(|r| r.direct.as_ref())
-        .map(|[area, ready, _]| DirectPeer {
-            area: area.ptr,
-            ready: ready.ptr,
-        })
-        .collect();
-    for [_, _, table] in ranks.iter().filter_map(|r| r.direct.as_ref()) {
-        // SAFETY: `DirectPeer` is plain `repr(C)` data and the allocation
-        // holds exactly `k` of them.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(
-                peers.as_ptr() as *const u8,
-                std::mem::size_of_val(peers.as_slice()),
-            )
-        };
-        // SAFETY: as above.
-        unsafe { driver::copy_htod(table.ptr, bytes)? };
-    }
+    let areas: Vec<(u64, RankLayout)> = ranks.iter().map(|r| (r.area.ptr, layout)).collect();
+    write_peers(&ranks, &areas)?;
     // Portable, and at one address in every context (unified addressing),
     // so every rank's kernel reaches the same words.
     let records = k * max_channels;
     let host = MappedHost::zeroed(&ctxs[&devices[0]], 1 + records * StatusRecord::WORDS)?;
-    let status0 = host.device + 8;
-    let record_bytes = (StatusRecord::WORDS * 8) as u64;
-    let wiring: Vec<RankWiring> = ranks
-        .iter()
-        .enumerate()
-        .map(|(u, r)| RankWiring {
-            user_from_ring: r.user_from_ring.ptr,
-            channels: (0..max_channels as u64)
-                .map(|c| ChannelWiring {
-                    staging: r.staging.ptr + c * stride,
-                    tail: r.flags.ptr + c * FLAG_STRIDE,
-                    head: r.flags.ptr + c * FLAG_STRIDE + HEAD,
-                    status: status0 + ((u * max_channels) as u64 + c) * record_bytes,
-                })
-                .collect(),
-            direct_peers: r.direct.as_ref().map_or(0, |[_, _, table]| table.ptr),
-        })
-        .collect();
+    let status = |u: usize, c: u64| record_at(&host, (u * max_channels) as u64 + c);
+    let wiring = wiring(
+        &areas,
+        max_channels,
+        |u| ranks[u].user_from_ring.ptr,
+        status,
+        |u| ranks[u].direct_peers.as_ref().map_or(0, |t| t.ptr),
+    );
     let spans = ctxs.len() > 1;
     // One launch runs every rank when they share a device (and one batch
     // holds them, which `CommState` checks); a local call then fills the
@@ -156,16 +95,7 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
     let state = CommState::new(ring, config, max_channels, buffer, half, local_blocks)?;
     let conns = connect(&state.ring, &wiring, state.statics(host.device, spans));
     for (r, c) in ranks.iter().zip(&conns) {
-        // SAFETY: `RankConn` is plain `repr(C)` data and the allocation
-        // holds exactly one.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(
-                c as *const RankConn as *const u8,
-                std::mem::size_of::<RankConn>(),
-            )
-        };
-        // SAFETY: as above.
-        unsafe { driver::copy_htod(r.conn.ptr, bytes)? };
+        write_conn(r, c)?;
     }
     Ok(Inner {
         state,
@@ -180,7 +110,81 @@ pub fn create(devices: &[usize], config: CommConfig) -> Result<Inner> {
             .map(|ranks| Group::new(&ctxs[&devices[ranks[0]]], ranks))
             .collect::<Result<_>>()?,
         resident_blocks,
+        peers: Mutex::new(Vec::new()),
     })
+}
+
+/// A rank on `ctx` with its `area`: its ring table, its connection and
+/// (with `direct` staging) its table of the `k` ranks' direct areas, all
+/// zeroed but the ring table.
+pub(super) fn new_rank(
+    ctx: &Arc<CudaContext>,
+    ring: &RingOrder,
+    area: DeviceAlloc,
+    direct: bool,
+    k: usize,
+) -> Result<Rank> {
+    let table: Vec<u8> = ring
+        .user_from_ring()
+        .iter()
+        .flat_map(|u| u.to_ne_bytes())
+        .collect();
+    let user_from_ring = DeviceAlloc::zeroed(ctx, table.len())?;
+    // SAFETY: the allocation holds exactly the table.
+    unsafe { driver::copy_htod(user_from_ring.ptr, &table)? };
+    Ok(Rank {
+        ctx: ctx.clone(),
+        area,
+        user_from_ring,
+        conn: DeviceAlloc::zeroed(ctx, std::mem::size_of::<RankConn>())?,
+        direct_peers: if direct {
+            Some(DeviceAlloc::zeroed(
+                ctx,
+                k * std::mem::size_of::<DirectPeer>(),
+            )?)
+        } else {
+            None
+        },
+    })
+}
+
+/// Every rank's table of the direct areas of `areas` (see
+/// [`direct_peers`]), where it has one.
+pub(super) fn write_peers(ranks: &[Rank], areas: &[(u64, RankLayout)]) -> Result<()> {
+    let peers = direct_peers(areas);
+    for t in ranks.iter().filter_map(|r| r.direct_peers.as_ref()) {
+        // SAFETY: `DirectPeer` is plain `repr(C)` data and the allocation
+        // holds exactly one per rank.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                peers.as_ptr() as *const u8,
+                std::mem::size_of_val(peers.as_slice()),
+            )
+        };
+        // SAFETY: as above.
+        unsafe { driver::copy_htod(t.ptr, bytes)? };
+    }
+    Ok(())
+}
+
+/// Where status record `i` of `host` is, as the kernels address it (word
+/// 0 is the abort word).
+pub(super) fn record_at(host: &MappedHost, i: u64) -> u64 {
+    host.device + 8 + i * (StatusRecord::WORDS * 8) as u64
+}
+
+/// Writes rank `r`'s connection where its kernel reads it.
+pub(super) fn write_conn(r: &Rank, c: &RankConn) -> Result<()> {
+    // SAFETY: `RankConn` is plain `repr(C)` data and the allocation holds
+    // exactly one.
+    let bytes = unsafe {
+        std::slice::from_raw_parts(
+            c as *const RankConn as *const u8,
+            std::mem::size_of::<RankConn>(),
+        )
+    };
+    // SAFETY: as above.
+    unsafe { driver::copy_htod(r.conn.ptr, bytes) }
 }
 
 /// The ring: the configured order, checked against the links, or one that
@@ -223,7 +227,7 @@ fn ring_for(
 /// device at once, by their launch bounds: the fewest blocks per SM any
 /// of them promises, times the multiprocessors. No kernel need be loaded:
 /// ptxas keeps the promise (its registers), and the loader checks it.
-fn resident_by_bounds(ctx: &Arc<CudaContext>, args: Args) -> Result<usize> {
+pub(super) fn resident_by_bounds(ctx: &Arc<CudaContext>, args: Args) -> Result<usize> {
     let sms = driver::sm_count(ctx)?;
     let per_sm = COLLECTIVE_ENTRIES
         .iter()
@@ -298,23 +302,4 @@ pub fn max_channels_for(devices: &[usize]) -> Result<usize> {
         return Err(Error::ZeroRanks);
     }
     max_of(&open_devices(devices)?, devices)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A staging size that is no multiple of 16 (the automatic share of
-    /// 64 MiB for 96 blocks is 699,050 bytes) must not shift the next
-    /// channel's ring off a pack boundary.
-    #[test]
-    fn channel_rings_stay_aligned() {
-        for bytes in [699_050u64, 1000, 2 << 20, 262_273] {
-            let s = staging_stride(bytes);
-            assert!(
-                s >= bytes && s.is_multiple_of(256) && s - bytes < 256,
-                "{bytes}"
-            );
-        }
-    }
 }

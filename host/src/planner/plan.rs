@@ -1,7 +1,7 @@
 //! One call's plan: the algorithm, the channels and the slots, and every
 //! rank's [`Work`].
 
-use super::validate::{addresses, sizing, BufferSpan};
+use super::validate::{addresses, sizing, BufferSpan, Part};
 use crate::algorithm::{choose, direct_layout, Algo, Paths};
 use crate::channels::{channels_for, local_channels};
 use crate::error::{Error, Result};
@@ -34,6 +34,16 @@ pub struct CallOpts {
     /// Blocks a local call's grid may have, as many as run at once on the
     /// device; 0 when one launch cannot run every rank (no local call).
     pub local_blocks: u64,
+    /// The ranks a call's buffers and connections are, when other
+    /// processes hold the rest; `None`: every rank is here.
+    pub part: Option<Part>,
+}
+
+impl CallOpts {
+    /// Which ranks `here` buffers (and connections) are.
+    pub fn part_of(&self, here: usize) -> Part {
+        self.part.unwrap_or(Part::whole(here))
+    }
 }
 
 /// Blocks per rank a call of `c` runs with `algorithm`: what [`plan`]
@@ -122,8 +132,9 @@ impl Clone for Plan {
 }
 
 /// Plans one collective over `k` ranks whose connections sit at `conns`
-/// (one address per user rank): validates, picks the channels, the wide or
-/// scalar path and the slots, and fills every rank's work.
+/// (one address per user rank here, see [`CallOpts::part`]): validates,
+/// picks the channels, the wide or scalar path and the slots, and fills
+/// the work of every rank here.
 pub fn plan(
     c: Collective,
     conns: &[u64],
@@ -131,11 +142,18 @@ pub fn plan(
     dtype: DataType,
     opts: CallOpts,
 ) -> Result<Plan> {
-    let k = conns.len();
-    if k == 0 {
+    let part = opts.part_of(conns.len());
+    let k = part.world as usize;
+    if k == 0 || conns.is_empty() {
         return Err(Error::ZeroRanks);
     }
-    let (n, residue) = addresses(c, bufs, k, dtype)?;
+    if bufs.len() != conns.len() {
+        return Err(Error::WrongBufferCount {
+            got: bufs.len(),
+            k: conns.len(),
+        });
+    }
+    let (n, residue) = addresses(c, bufs, part, dtype)?;
     let sz = dtype.size();
     let blocks = Geometry::new(c, k as u64, n, sz, 1, 1);
     // Reject a too-small staging buffer even for sizes that would not use it,
@@ -188,18 +206,19 @@ pub fn plan(
             })?;
         (g, layout.result)
     };
-    let works = (0..k)
-        .map(|u| {
+    let works = (0..conns.len())
+        .map(|i| {
+            let u = part.first as usize + i;
             let (fault_chunk, fault_step) = match opts.fault {
                 Some((r, ch, st)) if r == u => (ch, st),
                 _ => (u64::MAX, u64::MAX),
             };
             Work {
-                conn: conns[u],
+                conn: conns[i],
                 collective: c as u64,
                 channels,
-                send: bufs[u].send,
-                recv: bufs[u].recv,
+                send: bufs[i].send,
+                recv: bufs[i].recv,
                 geometry,
                 sizing,
                 aligned: residue.is_some() as u64,

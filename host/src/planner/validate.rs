@@ -3,7 +3,7 @@
 //! overlaps, and staging that holds one slice.
 
 use crate::error::{Error, Result};
-use ringreduce_kernels::plan::{common_residue, Geometry, PlanError, Sizing};
+use ringreduce_kernels::plan::{common_residue, Geometry, PlanError, Sizing, PACK_BYTES};
 use ringreduce_kernels::types::Collective;
 use ringreduce_kernels::DataType;
 
@@ -73,14 +73,56 @@ fn is_in_place(c: Collective, b: &BufferSpan, rank: u64, n: u64, size: u64) -> b
     b.send.wrapping_sub(send_at * size) == b.recv.wrapping_sub(recv_at * size)
 }
 
-/// Checks the buffers of a collective: counts, lengths, alignment, the
-/// in-place layout and overlaps. Returns the count.
+/// Which ranks of how many a call's buffers belong to: every rank of the
+/// communicator in one process, or a process's own share of a job's ranks
+/// (one process per rank).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Part {
+    /// The user rank of the first buffers (and connection) given.
+    pub first: u64,
+    /// Ranks in the whole communicator.
+    pub world: u64,
+}
+
+impl Part {
+    /// All `k` ranks, here.
+    pub fn whole(k: usize) -> Self {
+        Part {
+            first: 0,
+            world: k as u64,
+        }
+    }
+
+    /// Whether ranks live elsewhere, so that a call's buffers are only
+    /// `len` of `world`.
+    pub fn is_partial(&self, len: usize) -> bool {
+        len as u64 != self.world
+    }
+}
+
+/// Checks the buffers of a collective over `k` ranks: counts, lengths,
+/// alignment, the in-place layout and overlaps. Returns the count.
 pub fn validate(c: Collective, bufs: &[BufferSpan], k: usize, dtype: DataType) -> Result<u64> {
-    let sz = dtype.size();
     if bufs.len() != k {
         return Err(Error::WrongBufferCount { got: bufs.len(), k });
     }
-    let n = count_of(c, &bufs[0]);
+    validate_part(c, bufs, Part::whole(k), dtype)
+}
+
+/// [`validate`] of the buffers of ranks `part.first..` only: a process of
+/// a job checks its own; what ranks elsewhere pass is theirs to check.
+pub fn validate_part(
+    c: Collective,
+    bufs: &[BufferSpan],
+    part: Part,
+    dtype: DataType,
+) -> Result<u64> {
+    let sz = dtype.size();
+    let k = part.world as usize;
+    let Some(first) = bufs.first() else {
+        return Err(Error::WrongBufferCount { got: 0, k });
+    };
+    let n = count_of(c, first);
     let overflow = Error::Overflow {
         k,
         recvcount: n,
@@ -89,7 +131,9 @@ pub fn validate(c: Collective, bufs: &[BufferSpan], k: usize, dtype: DataType) -
     let block_bytes = n.checked_mul(sz).ok_or(overflow.clone())?;
     block_bytes.checked_mul(k as u64).ok_or(overflow.clone())?;
     let (send_len, recv_len) = c.lengths(k as u64, n);
-    for (rank, b) in bufs.iter().enumerate() {
+    let rank_of = |i: usize| part.first as usize + i;
+    for (i, b) in bufs.iter().enumerate() {
+        let rank = rank_of(i);
         let got = count_of(c, b);
         if got != n {
             return Err(Error::CountMismatch { rank, got, want: n });
@@ -156,9 +200,9 @@ pub fn validate(c: Collective, bufs: &[BufferSpan], k: usize, dtype: DataType) -
                 for (b_send, rb) in ranges(bb) {
                     if !(a_send && b_send) && overlaps(ra, rb) {
                         return Err(Error::Overlap {
-                            a,
+                            a: rank_of(a),
                             a_which: name(a_send),
-                            b,
+                            b: rank_of(b),
                             b_which: name(b_send),
                         });
                     }
@@ -185,28 +229,56 @@ pub fn sizing(dtype: DataType, buffer_bytes: u64, threads: u64, padded: bool) ->
 /// What a call's addresses decide besides the pointers themselves:
 /// [`validate`]'s count, and the alignment residue every rank's blocks
 /// share (`None`: the call is padded, see [`common_residue`]).
+///
+/// When other processes hold some of the ranks ([`Part::is_partial`]),
+/// their addresses are unknown here, yet every rank must decide alike. So
+/// the residue follows from the size alone: blocks of whole packs run the
+/// wide path at residue 0, and a buffer off a pack boundary is refused
+/// ([`Error::UnalignedAcrossProcesses`]); other blocks run the scalar path.
 pub(crate) fn addresses(
     c: Collective,
     bufs: &[BufferSpan],
-    k: usize,
+    part: Part,
     dtype: DataType,
 ) -> Result<(u64, Option<u64>)> {
-    let n = validate(c, bufs, k, dtype)?;
+    let n = if part.is_partial(bufs.len()) {
+        validate_part(c, bufs, part, dtype)?
+    } else {
+        validate(c, bufs, part.world as usize, dtype)?
+    };
     let sz = dtype.size();
-    let blocks = Geometry::new(c, k as u64, n, sz, 1, 1);
+    let blocks = Geometry::new(c, part.world, n, sz, 1, 1);
     // Each rank's buffer that holds every block, and the one that holds
     // its own block.
     let strided_and_own = |b: &BufferSpan| match c {
         Collective::AllGather => (b.recv, b.send),
         _ => (b.send, b.recv),
     };
-    let residue = common_residue(
-        bufs.iter().enumerate().map(|(u, b)| {
-            let (strided, own) = strided_and_own(b);
-            (u as u64, strided, own)
-        }),
-        blocks.block_elems,
-        sz,
-    );
-    Ok((n, residue))
+    let ranks = bufs.iter().enumerate().map(|(i, b)| {
+        let (strided, own) = strided_and_own(b);
+        (part.first + i as u64, strided, own)
+    });
+    if !part.is_partial(bufs.len()) {
+        return Ok((n, common_residue(ranks, blocks.block_elems, sz)));
+    }
+    if n == 0 || !(blocks.block_elems * sz).is_multiple_of(PACK_BYTES) {
+        return Ok((n, None));
+    }
+    // Every block then starts at residue 0, so both buffers must.
+    let names = match c {
+        Collective::AllGather => ["recv", "send"],
+        _ => ["send", "recv"],
+    };
+    for (u, strided, own) in ranks {
+        for (which, addr) in [(names[0], strided), (names[1], own)] {
+            if !addr.is_multiple_of(PACK_BYTES) {
+                return Err(Error::UnalignedAcrossProcesses {
+                    rank: u as usize,
+                    which,
+                    addr,
+                });
+            }
+        }
+    }
+    Ok((n, Some(0)))
 }
