@@ -66,11 +66,12 @@ pub fn build_tools(root: &Path, profile: Profile) -> PathBuf {
 }
 
 /// The test binaries the suite runs, by target name.
-const SUITE_TESTS: [&str; 9] = [
+const SUITE_TESTS: [&str; 10] = [
     "gpu",
     "gpu_loading",
     "gpu_faults",
     "gpu_grad",
+    "gpu_jobs",
     "grad",
     "cpu_matrix",
     "cpu_back_to_back",
@@ -152,6 +153,9 @@ fn bundle(root: &Path, dir: &Path, profile: Profile) {
     for (name, exe) in tests {
         copy(&exe, &dir.join("tests").join(name));
     }
+    // The process tests' rank binary, where they look for it: beside them.
+    let job = profile.target(root).join(profile.dir()).join("job");
+    copy(&job, &dir.join("tests").join("job"));
     println!("bundle: {}", dir.display());
 }
 

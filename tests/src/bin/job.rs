@@ -1,0 +1,204 @@
+//! One process of a test job of the CPU execution (or, with
+//! `RINGREDUCE_TEST_GPU`, of GPU ranks): joins its communicator from the
+//! launcher's variables (`CpuCommunicator::from_env`) and does what
+//! `RINGREDUCE_TEST_JOB` says, printing one line per step for the test
+//! that started it:
+//!
+//! - `matrix`: every collective over a sample of types, ops, counts and
+//!   placements, each checked bit for bit (guards included) against the
+//!   reference; prints `ok <cases> <wrong>`.
+//! - `stall:<r>`: rank `r` joins and then waits forever (to be killed);
+//!   the others run an all-reduce and print how it ended.
+//! - `between:<r>`: every rank runs one all-reduce; then rank `r` waits
+//!   forever and the others wait for the file `RINGREDUCE_TEST_GO`, run
+//!   another and print how it ended.
+//! - `abort:<r>`: rank `r` aborts after `RINGREDUCE_TEST_ABORT_MS`; the
+//!   others run an all-reduce and print how it ended.
+//!
+//! Every rank prints `joined` once its communicator exists, and `error
+//! <error as {:?}> <ms>` for an error, with the milliseconds its last step
+//! took. `RINGREDUCE_TEST_TIMEOUT_MS` sets the timeout,
+//! `RINGREDUCE_TEST_BUFFER` the staging bytes, `RINGREDUCE_TEST_ALGO` the
+//! algorithm and `RINGREDUCE_TEST_DEVICE` the GPU (else the local rank's).
+
+use ringreduce::kernels::Geometry;
+use ringreduce::{
+    Algo, Backend, Collective, Collectives, Comm, CommConfig, CpuBackend, DataType, GpuBackend, Op,
+    Result,
+};
+use ringreduce_tests::cases::{run_case, Case, Offsets};
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+fn ms(name: &str) -> Option<u64> {
+    var(name).and_then(|v| v.parse().ok())
+}
+
+fn say(line: &str) {
+    println!("{line}");
+    let _ = std::io::stdout().flush();
+}
+
+fn config() -> CommConfig {
+    let mut c = CommConfig::default().timeout(Duration::from_millis(
+        ms("RINGREDUCE_TEST_TIMEOUT_MS").unwrap_or(10_000),
+    ));
+    if let Some(b) = ms("RINGREDUCE_TEST_BUFFER") {
+        c = c.buffer_bytes(b);
+    }
+    if let Some(a) = var("RINGREDUCE_TEST_ALGO") {
+        c = c.algorithm(Algo::parse(&a).expect("an algorithm"));
+    }
+    if let Some(d) = ms("RINGREDUCE_TEST_DEVICE") {
+        c = c.devices(vec![d as usize]);
+    }
+    c
+}
+
+/// The cases of `matrix` for a job of `k`: every collective, type and op,
+/// counts across the direct and ring sizes, in place and not. Offsets are
+/// 0 where a block (as the planner cuts them) is whole 16-byte packs:
+/// across processes a buffer must start on a pack there; they vary
+/// elsewhere.
+fn cases(k: usize) -> Vec<Case> {
+    let counts = [0usize, 1, 3, 8, 257, 4097, 40_000];
+    let mut out = Vec::new();
+    let mut i = 0usize;
+    for c in Collective::ALL {
+        for &n in &counts {
+            for (d, &dtype) in DataType::ALL.iter().enumerate() {
+                i += 1;
+                if !(d + i).is_multiple_of(3) && n > 300 {
+                    continue;
+                }
+                let sz = dtype.size();
+                let block = Geometry::new(c, k as u64, n as u64, sz, 1, 1).block_elems;
+                let whole_packs = (block * sz).is_multiple_of(16);
+                out.push(Case {
+                    collective: c,
+                    dtype,
+                    op: Op::ALL[i % Op::ALL.len()],
+                    n,
+                    in_place: i.is_multiple_of(2),
+                    offsets: if whole_packs {
+                        Offsets::Congruent(0)
+                    } else {
+                        Offsets::Scattered(i % 4)
+                    },
+                    seed: (k as u64) << 40 | i as u64,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// An all-reduce of `n` f32 sums, waited for.
+fn all_reduce<B: Backend>(comm: &Comm<B>, n: usize) -> Result<()> {
+    let me = comm.local_ranks().start;
+    let mut buf = comm.upload(me, &vec![1.0f32; n])?;
+    let mut regions = [ringreduce::Region::InPlace {
+        buf: &mut buf,
+        at: 0..n,
+    }];
+    comm.all_reduce(&mut regions, Op::Sum)?;
+    comm.synchronize()
+}
+
+/// What `RINGREDUCE_TEST_JOB` asks of this rank.
+fn act<B: Backend>(comm: &Comm<B>) -> Result<String> {
+    let job = var("RINGREDUCE_TEST_JOB").unwrap_or_else(|| "matrix".into());
+    let (mode, who) = match job.split_once(':') {
+        Some((m, r)) => (m.to_string(), r.parse::<usize>().ok()),
+        None => (job.clone(), None),
+    };
+    let me = comm.local_ranks().start;
+    let forever = || loop {
+        std::thread::sleep(Duration::from_secs(60));
+    };
+    // Large enough to be under way when a peer goes.
+    let big = 1 << 20;
+    match mode.as_str() {
+        "matrix" => {
+            let (mut n, mut wrong) = (0, 0);
+            for case in cases(comm.k()) {
+                let o = run_case(comm, &case)?;
+                if o.wrong > 0 {
+                    say(&format!("wrong {} {case:?}", o.wrong));
+                }
+                n += 1;
+                wrong += o.wrong;
+            }
+            Ok(format!("ok {n} {wrong}"))
+        }
+        "stall" => {
+            if Some(me) == who {
+                forever()
+            }
+            all_reduce(comm, big).map(|()| "done".into())
+        }
+        "between" => {
+            all_reduce(comm, big)?;
+            say("first ok");
+            if Some(me) == who {
+                forever()
+            }
+            let go = var("RINGREDUCE_TEST_GO").expect("a go file");
+            while !std::path::Path::new(&go).exists() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            all_reduce(comm, big).map(|()| "done".into())
+        }
+        "abort" => {
+            if Some(me) == who {
+                std::thread::sleep(Duration::from_millis(
+                    ms("RINGREDUCE_TEST_ABORT_MS").unwrap_or(300),
+                ));
+                comm.abort();
+                // Stay until the others have heard.
+                std::thread::sleep(Duration::from_millis(1500));
+                return Ok("aborted".into());
+            }
+            all_reduce(comm, big).map(|()| "done".into())
+        }
+        other => panic!("unknown job {other}"),
+    }
+}
+
+fn run<B: Backend>() -> std::process::ExitCode {
+    let t = Instant::now();
+    let comm = match Comm::<B>::from_env(config()) {
+        Ok(c) => c,
+        Err(e) => {
+            say(&format!("error {e:?} {}", t.elapsed().as_millis()));
+            return std::process::ExitCode::from(2);
+        }
+    };
+    say("joined");
+    let t = Instant::now();
+    let code = match act(&comm) {
+        Ok(line) => {
+            say(&line);
+            0
+        }
+        Err(e) => {
+            say(&format!("error {e:?} {}", t.elapsed().as_millis()));
+            2
+        }
+    };
+    drop(comm);
+    say("left");
+    std::process::ExitCode::from(code)
+}
+
+fn main() -> std::process::ExitCode {
+    if var("RINGREDUCE_TEST_GPU").is_some() {
+        run::<GpuBackend>()
+    } else {
+        run::<CpuBackend>()
+    }
+}

@@ -1,0 +1,177 @@
+//! Jobs of real processes for the tests: each rank a process of the `job`
+//! binary (`src/bin/job.rs`) started with torchrun's variables, its lines
+//! read as they come, so that a test can kill a rank at a known point and
+//! time what the others say.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+/// A port nothing listens at now.
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// The `job` binary: `RINGREDUCE_JOB_BIN`, else the one beside this test
+/// executable (a bundle's `tests/job`), else cargo's (`built`).
+pub fn job_bin(built: &str) -> PathBuf {
+    if let Ok(p) = std::env::var("RINGREDUCE_JOB_BIN") {
+        return PathBuf::from(p);
+    }
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join("job")));
+    match beside {
+        Some(b) if b.is_file() => b,
+        _ => PathBuf::from(built),
+    }
+}
+
+/// One running rank: its process and its lines as they come, each with
+/// the time it came.
+pub struct Rank {
+    pub child: Child,
+    lines: Receiver<(Instant, String)>,
+}
+
+impl Rank {
+    /// Rank process `bin` with exactly the variables `vars`.
+    pub fn spawn(bin: &Path, vars: &[(String, String)]) -> Rank {
+        let mut c = Command::new(bin);
+        c.env_clear()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        // The GPU machine's driver and libraries are found through these.
+        for keep in [
+            "PATH",
+            "LD_LIBRARY_PATH",
+            "CUDA_MPS_PIPE_DIRECTORY",
+            "CUDA_CACHE_PATH",
+        ] {
+            if let Ok(v) = std::env::var(keep) {
+                c.env(keep, v);
+            }
+        }
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        let mut child = c.spawn().expect("spawn a rank");
+        let out = child.stdout.take().expect("piped");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
+                if tx.send((Instant::now(), line)).is_err() {
+                    break;
+                }
+            }
+        });
+        Rank { child, lines }
+    }
+
+    /// Waits (at most `wait`) for a line that starts with `prefix`.
+    pub fn expect(&self, prefix: &str, wait: Duration) -> (Instant, String) {
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok((t, l)) if l.starts_with(prefix) => return (t, l),
+                Ok(_) => continue,
+                Err(e) => panic!("no line {prefix:?} within {wait:?}: {e}"),
+            }
+        }
+    }
+
+    /// Every line still to come, and the exit code.
+    pub fn finish(mut self) -> (i32, Vec<String>) {
+        let code = self.child.wait().unwrap().code().unwrap_or(-1);
+        let lines = self.lines.iter().map(|(_, l)| l).collect();
+        (code, lines)
+    }
+}
+
+/// torchrun's variables for rank `r` of `world`, with `extra`.
+pub fn torchrun(
+    r: usize,
+    world: usize,
+    port: u16,
+    extra: &[(&str, String)],
+) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = [
+        ("RANK", r.to_string()),
+        ("WORLD_SIZE", world.to_string()),
+        ("LOCAL_RANK", r.to_string()),
+        ("LOCAL_WORLD_SIZE", world.to_string()),
+        ("MASTER_ADDR", "127.0.0.1".into()),
+        ("MASTER_PORT", port.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    v.extend(extra.iter().map(|(k, val)| (k.to_string(), val.clone())));
+    v
+}
+
+/// A job of `world` ranks of `bin`, each with `extra` and rank `r` also
+/// with `per_rank(r)`.
+pub fn job(
+    bin: &Path,
+    world: usize,
+    extra: &[(&str, String)],
+    per_rank: impl Fn(usize) -> Vec<(&'static str, String)>,
+) -> Vec<Rank> {
+    let port = free_port();
+    (0..world)
+        .map(|r| {
+            let mut v = torchrun(r, world, port, extra);
+            v.extend(per_rank(r).into_iter().map(|(k, val)| (k.to_string(), val)));
+            Rank::spawn(bin, &v)
+        })
+        .collect()
+}
+
+/// Every rank ran the whole matrix with no wrong element, and left.
+pub fn assert_matrix_passes(ranks: Vec<Rank>, what: &str) {
+    for (r, rank) in ranks.into_iter().enumerate() {
+        let (code, lines) = rank.finish();
+        let ok = lines.iter().find(|l| l.starts_with("ok "));
+        let fields: Vec<&str> = ok.map_or(vec![], |l| l.split(' ').collect());
+        let cases = fields.get(1).and_then(|n| n.parse::<u32>().ok());
+        assert!(
+            code == 0 && fields.len() == 3 && fields[2] == "0" && cases > Some(100),
+            "{what}, rank {r}: exit {code}, {lines:?}"
+        );
+        assert!(
+            lines.iter().any(|l| l == "left"),
+            "{what}, rank {r}: {lines:?}"
+        );
+    }
+}
+
+/// The survivors' errors: each names `dead` as `variant` within `within`
+/// of `since`; every survivor then leaves (its drop does not hang). `wait`
+/// bounds the wait for each error.
+pub fn assert_survivors_fail(
+    ranks: Vec<Rank>,
+    dead: usize,
+    variant: &str,
+    since: Instant,
+    within: Duration,
+    wait: Duration,
+) {
+    let want = format!("error {variant} {{ rank: {dead} }}");
+    for (r, rank) in ranks.into_iter().enumerate() {
+        if r == dead {
+            continue;
+        }
+        let (at, line) = rank.expect("error", wait);
+        assert!(line.starts_with(&want), "rank {r}: {line}");
+        let took = at.saturating_duration_since(since);
+        assert!(took < within, "rank {r} heard after {took:?}: {line}");
+        let (code, lines) = rank.finish();
+        assert_eq!(code, 2, "rank {r}: {lines:?}");
+        assert!(lines.iter().any(|l| l == "left"), "rank {r}: {lines:?}");
+    }
+}

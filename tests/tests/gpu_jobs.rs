@@ -1,0 +1,100 @@
+//! GPU communicators across processes, one per rank, on this machine's
+//! GPUs (several processes per GPU where it has fewer): each rank a
+//! process of the `job` binary with `RINGREDUCE_TEST_GPU`, its memory
+//! exported to its peers with CUDA IPC. The same checks as the CPU
+//! execution's jobs (`jobs.rs`): the collectives bit for bit against the
+//! reference, a rank killed mid-collective or one that aborts ending every
+//! survivor's call with a typed error naming it, long before the timeout.
+//! Several processes share a GPU by time slices unless MPS runs, which
+//! makes them slow, not wrong. Without a GPU the harness reports them as
+//! ignored.
+
+use ringreduce_tests::procs::{assert_matrix_passes, assert_survivors_fail, job_bin, Rank};
+use ringreduce_tests::run_gpu_tests;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// The fault tests' timeout: only the peer watch explains a quick error.
+const LONG_TIMEOUT_MS: u64 = 60_000;
+
+fn bin() -> PathBuf {
+    job_bin(env!("CARGO_BIN_EXE_job"))
+}
+
+/// A job of `world` GPU ranks, rank `r` on device `(first + r) % GPUs`.
+fn gpu_job(first: usize, world: usize, extra: &[(&str, String)]) -> Vec<Rank> {
+    let count = ringreduce::gpu::device_count().unwrap_or(1).max(1);
+    let mut extra = extra.to_vec();
+    extra.push(("RINGREDUCE_TEST_GPU", "1".into()));
+    ringreduce_tests::procs::job(&bin(), world, &extra, |r| {
+        vec![("RINGREDUCE_TEST_DEVICE", ((first + r) % count).to_string())]
+    })
+}
+
+fn gpu_job_matrix(dev: usize) {
+    for (k, algo) in [(2, "auto"), (4, "auto"), (3, "ring")] {
+        let extra = [
+            ("RINGREDUCE_TEST_JOB", "matrix".to_string()),
+            ("RINGREDUCE_TEST_ALGO", algo.to_string()),
+        ];
+        let t = Instant::now();
+        assert_matrix_passes(gpu_job(dev, k, &extra), &format!("k = {k}, {algo}"));
+        println!("{k} processes, {algo}: {:.1} s", t.elapsed().as_secs_f64());
+    }
+}
+
+fn fault_vars(job: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("RINGREDUCE_TEST_JOB", job.to_string()),
+        ("RINGREDUCE_TEST_TIMEOUT_MS", LONG_TIMEOUT_MS.to_string()),
+    ]
+}
+
+fn gpu_job_killed_mid_collective(dev: usize) {
+    let mut ranks = gpu_job(dev, 3, &fault_vars("stall:2"));
+    for r in &ranks {
+        r.expect("joined", Duration::from_secs(120));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let killed = Instant::now();
+    ranks[2].child.kill().expect("kill -9");
+    let _ = ranks[2].child.wait();
+    let answer = Duration::from_millis(LONG_TIMEOUT_MS + 10_000);
+    assert_survivors_fail(ranks, 2, "PeerLost", killed, Duration::from_secs(3), answer);
+}
+
+fn gpu_job_abort(dev: usize) {
+    let mut extra = fault_vars("abort:0");
+    extra.push(("RINGREDUCE_TEST_ABORT_MS", "1000".into()));
+    let ranks = gpu_job(dev, 3, &extra);
+    let (joined, _) = ranks[0].expect("joined", Duration::from_secs(120));
+    let since = joined + Duration::from_millis(1000);
+    let answer = Duration::from_millis(LONG_TIMEOUT_MS + 10_000);
+    let mut ranks = ranks;
+    let aborter = ranks.remove(0);
+    for (r, rank) in [1, 2].into_iter().zip(ranks) {
+        let (at, line) = rank.expect("error", answer);
+        assert!(
+            line.starts_with("error PeerAborted { rank: 0 }"),
+            "rank {r}: {line}"
+        );
+        let took = at.saturating_duration_since(since);
+        assert!(took < Duration::from_secs(3), "rank {r}: {took:?}");
+        let (code, lines) = rank.finish();
+        assert_eq!(code, 2, "rank {r}: {lines:?}");
+        assert!(lines.iter().any(|l| l == "left"), "rank {r}: {lines:?}");
+    }
+    let (code, lines) = aborter.finish();
+    assert_eq!(code, 0, "{lines:?}");
+}
+
+fn main() -> std::process::ExitCode {
+    run_gpu_tests(&[
+        ("gpu_job_matrix", gpu_job_matrix),
+        (
+            "gpu_job_killed_mid_collective",
+            gpu_job_killed_mid_collective,
+        ),
+        ("gpu_job_abort", gpu_job_abort),
+    ])
+}

@@ -1,0 +1,186 @@
+//! Communicators across processes, one per rank, on the CPU execution:
+//! each rank a process of the `job` binary, started with a launcher's
+//! variables, its memory shared with its peers. The collectives match the
+//! reference bit for bit; a peer killed with SIGKILL in the middle of a
+//! collective or between two, or one that aborts, ends every survivor's
+//! call with a typed error naming it, long before the timeout; ranks with
+//! different settings fail alike.
+
+use ringreduce_tests::procs::{
+    assert_matrix_passes, assert_survivors_fail, free_port, job_bin, Rank,
+};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+fn bin() -> PathBuf {
+    job_bin(env!("CARGO_BIN_EXE_job"))
+}
+
+/// A job of `world` CPU ranks (see [`ringreduce_tests::procs::job`]).
+fn job(
+    world: usize,
+    extra: &[(&str, String)],
+    per_rank: impl Fn(usize) -> Vec<(&'static str, String)>,
+) -> Vec<Rank> {
+    ringreduce_tests::procs::job(&bin(), world, extra, per_rank)
+}
+
+/// How long a survivor may take to say anything at all.
+const ANSWER: Duration = Duration::from_millis(LONG_TIMEOUT_MS + 5_000);
+
+/// The timeout of the fault tests: far longer than the errors may take,
+/// so that only the peer watch can explain a quick one.
+const LONG_TIMEOUT_MS: u64 = 20_000;
+
+#[test]
+fn collectives_across_processes_match_the_reference() {
+    for (k, algo) in [
+        (2, "auto"),
+        (3, "ring"),
+        (3, "one-shot"),
+        (3, "two-shot"),
+        (4, "auto"),
+    ] {
+        let extra = [
+            ("RINGREDUCE_TEST_JOB", "matrix".to_string()),
+            ("RINGREDUCE_TEST_ALGO", algo.to_string()),
+        ];
+        assert_matrix_passes(job(k, &extra, |_| vec![]), &format!("k = {k}, {algo}"));
+    }
+}
+
+#[test]
+fn open_mpi_and_slurm_jobs_run_too() {
+    let port = free_port();
+    let root = ("RINGREDUCE_ROOT".to_string(), format!("127.0.0.1:{port}"));
+    let mpi: Vec<Rank> = (0..2)
+        .map(|r| {
+            Rank::spawn(
+                &bin(),
+                &[
+                    ("OMPI_COMM_WORLD_RANK".into(), r.to_string()),
+                    ("OMPI_COMM_WORLD_SIZE".into(), "2".into()),
+                    ("OMPI_COMM_WORLD_LOCAL_RANK".into(), r.to_string()),
+                    ("OMPI_COMM_WORLD_LOCAL_SIZE".into(), "2".into()),
+                    root.clone(),
+                ],
+            )
+        })
+        .collect();
+    assert_matrix_passes(mpi, "mpirun");
+    let port = free_port();
+    let slurm: Vec<Rank> = (0..3)
+        .map(|r| {
+            Rank::spawn(
+                &bin(),
+                &[
+                    ("SLURM_PROCID".into(), r.to_string()),
+                    ("SLURM_NTASKS".into(), "3".into()),
+                    ("SLURM_LOCALID".into(), r.to_string()),
+                    ("SLURM_JOB_ID".into(), "4242".into()),
+                    ("MASTER_ADDR".into(), "127.0.0.1".into()),
+                    ("MASTER_PORT".into(), port.to_string()),
+                ],
+            )
+        })
+        .collect();
+    assert_matrix_passes(slurm, "srun");
+}
+
+fn fault_vars(job: String) -> Vec<(&'static str, String)> {
+    vec![
+        ("RINGREDUCE_TEST_JOB", job),
+        ("RINGREDUCE_TEST_TIMEOUT_MS", LONG_TIMEOUT_MS.to_string()),
+    ]
+}
+
+#[test]
+fn a_rank_killed_mid_collective_fails_every_survivor_naming_it() {
+    // A member, then rank 0, whose process is the watch's hub.
+    for dead in [2usize, 0] {
+        let mut ranks = job(3, &fault_vars(format!("stall:{dead}")), |_| vec![]);
+        for r in &ranks {
+            r.expect("joined", Duration::from_secs(10));
+        }
+        // The others are in their all-reduce, waiting for the dead rank.
+        std::thread::sleep(Duration::from_millis(300));
+        let killed = Instant::now();
+        ranks[dead].child.kill().expect("kill -9");
+        let _ = ranks[dead].child.wait();
+        assert_survivors_fail(
+            ranks,
+            dead,
+            "PeerLost",
+            killed,
+            Duration::from_secs(2),
+            ANSWER,
+        );
+    }
+}
+
+#[test]
+fn a_rank_killed_between_collectives_fails_the_next_call() {
+    let go = std::env::temp_dir().join(format!("ringreduce-go-{}", std::process::id()));
+    let _ = std::fs::remove_file(&go);
+    let mut extra = fault_vars("between:1".into());
+    extra.push(("RINGREDUCE_TEST_GO", go.display().to_string()));
+    let mut ranks = job(3, &extra, |_| vec![]);
+    for r in &ranks {
+        r.expect("first ok", Duration::from_secs(20));
+    }
+    ranks[1].child.kill().expect("kill -9");
+    let _ = ranks[1].child.wait();
+    // The watch hears within a poll; the next call then fails at once.
+    std::thread::sleep(Duration::from_millis(500));
+    let go_at = Instant::now();
+    std::fs::write(&go, b"go").unwrap();
+    assert_survivors_fail(ranks, 1, "PeerLost", go_at, Duration::from_secs(1), ANSWER);
+    let _ = std::fs::remove_file(&go);
+}
+
+#[test]
+fn an_abort_on_one_rank_ends_every_ranks_collective() {
+    let mut extra = fault_vars("abort:1".into());
+    extra.push(("RINGREDUCE_TEST_ABORT_MS", "400".into()));
+    let mut ranks = job(3, &extra, |_| vec![]);
+    let (joined, _) = ranks[1].expect("joined", Duration::from_secs(10));
+    // The abort comes 400 ms after rank 1 joined; the others hear within
+    // a poll or two.
+    let since = joined + Duration::from_millis(400);
+    let aborter = ranks.remove(1);
+    for (r, rank) in [0, 2].into_iter().zip(ranks) {
+        let (at, line) = rank.expect("error", ANSWER);
+        assert!(
+            line.starts_with("error PeerAborted { rank: 1 }"),
+            "rank {r}: {line}"
+        );
+        let took = at.saturating_duration_since(since);
+        assert!(took < Duration::from_secs(2), "rank {r}: {took:?}");
+        let (code, lines) = rank.finish();
+        assert_eq!(code, 2, "rank {r}: {lines:?}");
+    }
+    let (code, lines) = aborter.finish();
+    assert_eq!(code, 0, "{lines:?}");
+    assert!(lines.iter().any(|l| l == "aborted"), "{lines:?}");
+}
+
+#[test]
+fn ranks_created_with_different_settings_fail_alike() {
+    let extra = [("RINGREDUCE_TEST_JOB", "matrix".to_string())];
+    let ranks = job(3, &extra, |r| {
+        if r == 2 {
+            vec![("RINGREDUCE_TEST_BUFFER", "65536".to_string())]
+        } else {
+            vec![]
+        }
+    });
+    for (r, rank) in ranks.into_iter().enumerate() {
+        let (code, lines) = rank.finish();
+        assert_eq!(code, 2, "rank {r}: {lines:?}");
+        assert!(
+            lines[0]
+                .starts_with("error JobMismatch { rank: 2, what: \"staging bytes per channel\""),
+            "rank {r}: {lines:?}"
+        );
+    }
+}
