@@ -441,22 +441,6 @@ pub enum Error {
         /// How long the rendezvous waited.
         waited: std::time::Duration,
     },
-    /// Across processes, a buffer off a 16-byte boundary where the call's
-    /// blocks are whole 16-byte packs: every process must pick the same
-    /// path without seeing the others' addresses, and that path reads
-    /// packs (see the README's "One process per rank").
-    #[error(
-        "rank {rank}: {which} address {addr:#x} is not on a 16-byte boundary, which a \
-         communicator across processes needs when each block is a multiple of 16 bytes"
-    )]
-    UnalignedAcrossProcesses {
-        /// The user rank.
-        rank: usize,
-        /// `"send"` or `"recv"`.
-        which: &'static str,
-        /// The buffer's address.
-        addr: u64,
-    },
     /// A peer process of the job died (its link closed without a
     /// goodbye): every pending and later call of every survivor returns
     /// this; the communicator is done.

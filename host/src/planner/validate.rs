@@ -231,10 +231,13 @@ pub fn sizing(dtype: DataType, buffer_bytes: u64, threads: u64, padded: bool) ->
 /// share (`None`: the call is padded, see [`common_residue`]).
 ///
 /// When other processes hold some of the ranks ([`Part::is_partial`]),
-/// their addresses are unknown here, yet every rank must decide alike. So
-/// the residue follows from the size alone: blocks of whole packs run the
-/// wide path at residue 0, and a buffer off a pack boundary is refused
-/// ([`Error::UnalignedAcrossProcesses`]); other blocks run the scalar path.
+/// their addresses are unknown here, so the staging layout must follow
+/// from the size alone: blocks of whole packs stage at residue 0 unpadded,
+/// other blocks take the scalar path on every rank. Within the first, a
+/// process whose own buffers start on packs runs the wide path and one
+/// whose buffers do not runs the scalar path: both stage every block at
+/// offset 0 of unpadded slots, so they still meet, and each element's
+/// fold is the same either way.
 pub(crate) fn addresses(
     c: Collective,
     bufs: &[BufferSpan],
@@ -261,24 +264,9 @@ pub(crate) fn addresses(
     if !part.is_partial(bufs.len()) {
         return Ok((n, common_residue(ranks, blocks.block_elems, sz)));
     }
-    if n == 0 || !(blocks.block_elems * sz).is_multiple_of(PACK_BYTES) {
-        return Ok((n, None));
-    }
-    // Every block then starts at residue 0, so both buffers must.
-    let names = match c {
-        Collective::AllGather => ["recv", "send"],
-        _ => ["send", "recv"],
-    };
-    for (u, strided, own) in ranks {
-        for (which, addr) in [(names[0], strided), (names[1], own)] {
-            if !addr.is_multiple_of(PACK_BYTES) {
-                return Err(Error::UnalignedAcrossProcesses {
-                    rank: u as usize,
-                    which,
-                    addr,
-                });
-            }
-        }
-    }
-    Ok((n, Some(0)))
+    let whole_packs = (blocks.block_elems * sz).is_multiple_of(PACK_BYTES);
+    let on_packs = ranks.into_iter().all(|(_, strided, own)| {
+        strided.is_multiple_of(PACK_BYTES) && own.is_multiple_of(PACK_BYTES)
+    });
+    Ok((n, (n > 0 && whole_packs && on_packs).then_some(0)))
 }
