@@ -21,9 +21,9 @@ pub(crate) struct Bufs<B> {
     pub(crate) recv: Vec<B>,
 }
 
-/// Every rank's buffers for calls of collective `c` up to count
-/// `max_count`, and their length in elements. They start from the
-/// exact-check data: never time on zeros.
+/// Every local rank's buffers (all of them, or a job's process's own) for
+/// calls of collective `c` up to count `max_count`, and their length in
+/// elements. They start from the exact-check data: never time on zeros.
 pub(crate) fn upload_bufs<C: Collectives, T: RsElement + FromSmall>(
     comm: &C,
     c: Collective,
@@ -32,11 +32,21 @@ pub(crate) fn upload_bufs<C: Collectives, T: RsElement + FromSmall>(
     let k = comm.k();
     let (send_cap, recv_cap) = c.lengths(k as u64, max_count);
     let cap = send_cap.max(recv_cap).max(1) as usize;
+    let local = comm.local_ranks();
     let mut bufs = Bufs {
-        send: Vec::with_capacity(k),
-        recv: Vec::with_capacity(k),
+        send: Vec::with_capacity(local.len()),
+        recv: Vec::with_capacity(local.len()),
     };
-    for (u, data) in fill_all::<T>(Op::Sum, k, cap, 1).iter().enumerate() {
+    // Filled on every core when every rank is here.
+    let data = if local.len() == k {
+        fill_all::<T>(Op::Sum, k, cap, 1)
+    } else {
+        local
+            .clone()
+            .map(|u| fill::<T>(Op::Sum, k, u, cap, 1))
+            .collect()
+    };
+    for (u, data) in local.zip(&data) {
         bufs.send.push(comm.upload(u, data)?);
         bufs.recv.push(comm.upload(u, data)?);
     }

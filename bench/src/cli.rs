@@ -136,6 +136,12 @@ pub struct BenchArgs {
     /// Also run the sweep through NCCL (needs one GPU per rank).
     #[arg(long = "vs-nccl")]
     pub vs_nccl: bool,
+    /// Spawn this many processes of this bench, one rank each, and run as
+    /// their job (as `mpirun -np N` runs nccl-tests with `-g 1`); rank 0
+    /// prints. A bench started by a launcher (torchrun, mpirun, srun) with
+    /// more than one process runs as its job without this.
+    #[arg(long = "procs", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub procs: Option<u32>,
 }
 
 impl BenchArgs {

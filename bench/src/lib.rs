@@ -14,6 +14,7 @@ pub mod nccl;
 pub mod plot;
 pub mod point;
 pub mod probe;
+pub mod procs;
 pub mod rematch;
 pub mod report;
 pub mod run;

@@ -18,7 +18,7 @@ pub struct Point {
     pub count: u64,
 }
 
-pub fn points(args: &BenchArgs, sizes: &[u64]) -> Result<Vec<Point>, String> {
+pub fn points(args: &BenchArgs, ranks: usize, sizes: &[u64]) -> Result<Vec<Point>, String> {
     let mut v = Vec::new();
     for collective in args.collective.collectives() {
         for dtype in args.dtypes()? {
@@ -30,7 +30,7 @@ pub fn points(args: &BenchArgs, sizes: &[u64]) -> Result<Vec<Point>, String> {
             };
             for op in ops {
                 for &size in sizes {
-                    let count = count_for(collective, size, dtype.size(), args.ranks);
+                    let count = count_for(collective, size, dtype.size(), ranks);
                     v.push(Point {
                         collective,
                         dtype,

@@ -141,6 +141,10 @@ pub struct Report {
     /// The prefetch distance in unrolled rounds (0: off).
     #[serde(default)]
     pub prefetch_rounds: u64,
+    /// Processes the ranks ran in: 1, or one per rank (`--procs`, or a
+    /// launcher's job).
+    #[serde(default = "one_proc")]
+    pub processes: usize,
     pub ceilings: Option<Ceilings>,
     pub rows: Vec<Row>,
     /// The same sweep through NCCL, when it ran.
@@ -187,6 +191,10 @@ pub fn now_iso() -> String {
 
 /// Reports from before `--repeats` timed one window.
 fn one() -> u64 {
+    1
+}
+
+fn one_proc() -> usize {
     1
 }
 

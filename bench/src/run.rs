@@ -32,6 +32,21 @@ pub fn run(args: BenchArgs, argv: Vec<String>) -> i32 {
 }
 
 fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
+    if let Some(n) = args.procs.filter(|&n| n > 1) {
+        return crate::procs::spawn_job(n as usize, &argv);
+    }
+    let job = crate::procs::launched()?;
+    if let Some(l) = &job {
+        if args.ranks != 1 {
+            return Err("-g counts the ranks of one process: 1 in a job of processes".into());
+        }
+        // nccl-tests' rule: rank 0 prints.
+        if l.rank != 0 {
+            crate::procs::silence_stdout();
+        }
+    }
+    // Ranks in the communicator: `-g`, or the job's processes.
+    let ranks = job.as_ref().map_or(args.ranks, |l| l.world);
     if let (Some(json), Some(png)) = (&args.replot, &args.plot) {
         let text = std::fs::read_to_string(json).map_err(|e| format!("{}: {e}", json.display()))?;
         let report: Report =
@@ -49,7 +64,7 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
     args.dtypes()?;
     args.ops()?;
     sweep(args.min_bytes, args.max_bytes, args.factor, args.increment)?;
-    RingOrder::for_ranks(args.ring_order.as_deref(), args.ranks).map_err(|e| e.to_string())?;
+    RingOrder::for_ranks(args.ring_order.as_deref(), ranks).map_err(|e| e.to_string())?;
     let gpus = ringreduce::gpu::device_count();
     let use_gpu = !args.cpu && matches!(gpus, Ok(n) if n > 0);
     let mut max = args.max_bytes;
@@ -78,11 +93,14 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         return Err("--graph needs a GPU, and neither -z 1 nor --vs-nccl".into());
     }
     let sizes = sweep(min, max, args.factor, args.increment)?;
-    let pts = points(args, &sizes)?;
+    let pts = points(args, ranks, &sizes)?;
     let ring =
-        RingOrder::for_ranks(args.ring_order.as_deref(), args.ranks).map_err(|e| e.to_string())?;
+        RingOrder::for_ranks(args.ring_order.as_deref(), ranks).map_err(|e| e.to_string())?;
     let config = config_of(args, &ring);
 
+    if job.is_some() && (args.collective.is_grad() || args.vs_nccl || args.graph) {
+        return Err("the gradient rows, --vs-nccl and --graph run in one process".into());
+    }
     if args.collective.is_grad() {
         return grad_main(args, argv, use_gpu, &sizes, &config);
     }
@@ -98,7 +116,7 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         driver_version: "-".into(),
         kernels: "-".into(),
         collective: args.collective.name().into(),
-        ranks: args.ranks,
+        ranks,
         iters: args.iters,
         warmup: args.warmup,
         repeats: args.repeats,
@@ -117,6 +135,7 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         ring_order: ring.user_from_ring().to_vec(),
         devices: vec![],
         prefetch_rounds: config.effective_prefetch_rounds(),
+        processes: job.as_ref().map_or(1, |l| l.world),
         ceilings: None,
         rows: vec![],
         nccl_rows: vec![],
@@ -128,8 +147,11 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
 
     let mut per_algo: Vec<(Option<Algo>, Vec<Row>)> = Vec::new();
     let rematched;
+    let gpu_count = *gpus.as_ref().unwrap_or(&1);
     if use_gpu {
-        let ctx = ringreduce::gpu::open_device(0).map_err(|e| e.to_string())?;
+        // A job's process measures on its own GPU.
+        let mine = job.as_ref().map_or(0, |l| l.local_rank % gpu_count.max(1));
+        let ctx = ringreduce::gpu::open_device(mine).map_err(|e| e.to_string())?;
         report.device = ctx.name().map_err(|e| e.to_string())?;
         report.driver_version = driver_version();
         // SAFETY: the ceilings synchronise their own streams.
@@ -138,7 +160,18 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         // The ceilings loaded the device's kernels.
         report.kernels = ringreduce::gpu::module::kernel_image(ctx.ordinal())
             .map_or_else(|| "-".into(), |i| i.to_string());
-        let devices = placement(args.ranks, *gpus.as_ref().unwrap_or(&1));
+        let devices = match &job {
+            Some(l) => (0..l.world)
+                .map(|r| {
+                    if r == l.rank {
+                        mine
+                    } else {
+                        r % gpu_count.max(1)
+                    }
+                })
+                .collect(),
+            None => placement(ranks, gpu_count),
+        };
         let ranks_here = devices.iter().filter(|&&d| d == devices[0]).count();
         report.devices = devices.clone();
         let judge = Judge {
@@ -147,12 +180,16 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
             ranks_here,
         };
         let make = |a: Option<Algo>| -> ringreduce::Result<Communicator> {
-            let comm = Communicator::with_placement(&devices, with_algo(&config, a))?;
+            let config = with_algo(&config, a);
+            let comm = match &job {
+                Some(l) => Communicator::init_rank(&l.unique_id()?, l.rank, l.world, mine, config)?,
+                None => Communicator::with_placement(&devices, config)?,
+            };
             // The bench times launches back to back; cudarc's per-buffer
             // event tracking would add two driver calls per buffer to every
             // one (a context object each: the communicator's, not the one
             // above), and a graph capture cannot wait on the uploads' events.
-            for u in 0..args.ranks {
+            for u in comm.local_ranks() {
                 // SAFETY: the bench synchronises its streams itself.
                 unsafe { comm.context(u).disable_event_tracking() };
             }
@@ -178,9 +215,18 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         let judge = Judge {
             ceilings: None,
             busbw_ceiling: None,
-            ranks_here: args.ranks,
+            ranks_here: ranks,
         };
-        let make = |a| CpuCommunicator::with_config(args.ranks, with_algo(&config, a));
+        let make = |a| match &job {
+            Some(l) => CpuCommunicator::init_rank(
+                &l.unique_id()?,
+                l.rank,
+                l.world,
+                0,
+                with_algo(&config, a),
+            ),
+            None => CpuCommunicator::with_config(ranks, with_algo(&config, a)),
+        };
         for (i, a) in args.algos().into_iter().enumerate() {
             let comm = make(a).map_err(|e| e.to_string())?;
             if !runs_here(&comm, a) {
@@ -219,6 +265,7 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         use_gpu,
         gpus.as_ref().copied().unwrap_or(0),
     )?;
+    // Every rank checked its own outputs; rank 0's report counts its own.
     Ok(if report.out_of_bounds == 0 { 0 } else { 1 })
 }
 

@@ -260,13 +260,16 @@ fn check<C: Collectives, T: RsElement + FromSmall>(
             (0, 0)
         }
     };
-    for (u, input) in inputs.iter().enumerate() {
+    // Every rank's inputs make the reference; a job's process writes and
+    // reads its own ranks' buffers only (`bufs` holds those).
+    let local = comm.local_ranks();
+    for (i, u) in local.clone().enumerate() {
         let buf = if pool_is_recv {
-            &mut bufs.recv[u]
+            &mut bufs.recv[i]
         } else {
-            &mut bufs.send[u]
+            &mut bufs.send[i]
         };
-        comm.write(u, buf, at(u).0, input)?;
+        comm.write(u, buf, at(u).0, &inputs[u])?;
     }
     comm.collective(c, &mut regions(c, k, n, in_place, 0, bufs), op)?;
     comm.synchronize()?;
@@ -274,15 +277,15 @@ fn check<C: Collectives, T: RsElement + FromSmall>(
     let algorithm = comm.algorithm_for::<T>(c, n)?;
     let want = reference::collective_by(c, algorithm, &refs, comm.ring_order(), op);
     let mut wrong = 0;
-    for (u, want) in want.iter().enumerate() {
+    for (i, u) in local.enumerate() {
         let out = at(u).1;
         let buf = if in_place && !pool_is_recv {
-            &bufs.send[u]
+            &bufs.send[i]
         } else {
-            &bufs.recv[u]
+            &bufs.recv[i]
         };
         let got = comm.read(u, buf, out..out + recv_len)?;
-        wrong += count_wrong(&got, want);
+        wrong += count_wrong(&got, &want[u]);
     }
     Ok(wrong)
 }

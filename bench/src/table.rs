@@ -160,7 +160,19 @@ pub fn preamble(r: &Report) -> String {
     )
     .unwrap();
     writeln!(s, "# Command: {}", r.command_line.join(" ")).unwrap();
-    if !r.devices.is_empty() {
+    if r.processes > 1 {
+        let gpus = if r.devices.is_empty() {
+            String::new()
+        } else {
+            format!(", devices {:?}", r.devices)
+        };
+        writeln!(
+            s,
+            "# Ranks: one process per rank, {} processes{gpus}",
+            r.processes
+        )
+        .unwrap();
+    } else if !r.devices.is_empty() {
         let one_gpu = r.devices.iter().all(|&d| d == r.devices[0]);
         let how = if one_gpu && r.devices.len() > 1 {
             format!("{} virtual ranks on GPU {}", r.devices.len(), r.devices[0])

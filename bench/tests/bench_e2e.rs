@@ -141,6 +141,54 @@ fn bad_arguments_fail_cleanly() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown data type"));
 }
 
+/// `--procs 3`: three processes of the bench, one rank each, their
+/// communicator across processes; rank 0 alone prints one table per
+/// collective, every row checked, and the JSON says three processes.
+#[test]
+fn cpu_job_of_processes_end_to_end() {
+    let json = tmp("procs.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_ringreduce-bench"))
+        .args(["--cpu", "--procs", "3", "-b", "8", "-e", "64K", "-f", "8"])
+        .args([
+            "--collective",
+            "all",
+            "-n",
+            "3",
+            "-w",
+            "1",
+            "-d",
+            "float,int8",
+        ])
+        .arg("-J")
+        .arg(&json)
+        .output()
+        .expect("run the bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // One printer: the banner once, not once per rank.
+    assert_eq!(stdout.matches("NOT GPU figures").count(), 1, "{stdout}");
+    assert_eq!(stdout.matches("# Out of bounds values : 0 OK").count(), 3);
+    let rows = stdout
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .count();
+    // 5 sizes x 2 types, per collective.
+    assert_eq!(rows, 3 * 10, "{stdout}");
+    assert!(stdout.contains("# Ranks: one process per rank, 3 processes"));
+    let report: Report = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!((report.ranks, report.processes), (3, 3));
+    assert_eq!(report.out_of_bounds, 0);
+    assert!(report
+        .rows
+        .iter()
+        .all(|r| r.out_of_place.wrong == Some(0) && r.in_place.wrong == Some(0)));
+    let _ = std::fs::remove_file(&json);
+}
+
 /// The JSON's field names are the schema: changing them must be deliberate
 /// (bump SCHEMA_VERSION and update this list).
 #[test]
@@ -170,6 +218,7 @@ fn json_schema_is_stable() {
         ring_order: vec![0, 1],
         devices: vec![0, 0],
         prefetch_rounds: 0,
+        processes: 1,
         ceilings: Some(ringreduce_bench::report::Ceilings {
             device_copy_gbps: 1.0,
             device_copy_kernel_gbps: 1.0,

@@ -68,6 +68,11 @@ pub trait Engine: Sized {
         config: &CommConfig,
         job: u64,
     ) -> Result<(Self::Joining, Offer, [u8; 16])>;
+    /// The device a process with local rank `local` drives when the
+    /// caller names none ([`Comm::from_env`]).
+    fn device_of_local_rank(local: usize) -> usize {
+        local
+    }
     /// The rank of `table`, its peers' memory mapped.
     fn join(joining: Self::Joining, table: &Table, config: CommConfig) -> Result<Self>;
     /// Every peer has mapped this rank's memory: what only served to find

@@ -80,7 +80,8 @@ impl<B: Engine> Comm<B> {
     /// [`init_rank`](Self::init_rank) from the launcher's variables
     /// ([`Launch::from_env`]: torchrun's, then Open MPI's, then Slurm's).
     /// The device is the first of [`CommConfig::devices`] if it names one,
-    /// else the process's local rank.
+    /// else the process's local rank modulo the GPUs it sees (so that
+    /// processes share GPUs where there are fewer GPUs than processes).
     pub fn from_env(config: CommConfig) -> Result<Self> {
         let launch = Launch::from_env()?;
         let id = launch.unique_id()?;
@@ -88,7 +89,7 @@ impl<B: Engine> Comm<B> {
             .devices
             .as_ref()
             .and_then(|d| d.first().copied())
-            .unwrap_or(launch.local_rank);
+            .unwrap_or_else(|| B::device_of_local_rank(launch.local_rank));
         Self::init_rank(&id, launch.rank, launch.world, device, config)
     }
 }

@@ -134,17 +134,21 @@ impl Communicator {
         &self.b.inner
     }
 
-    /// The device of each user rank.
+    /// The device of each local rank ([`Comm::local_ranks`]).
     pub fn devices(&self) -> Vec<usize> {
         self.b.inner.ranks.iter().map(|r| r.ctx.ordinal()).collect()
     }
 
     /// The context of user rank `rank`'s device.
+    ///
+    /// # Panics
+    /// For a rank this process does not hold ([`Comm::local_ranks`]).
     pub fn context(&self, rank: usize) -> &Arc<CudaContext> {
-        &self.b.inner.ranks[rank].ctx
+        let first = self.local_ranks().start;
+        &self.b.inner.ranks[rank - first].ctx
     }
 
-    /// One new non-blocking stream per rank, on the rank's device.
+    /// One new non-blocking stream per local rank, on the rank's device.
     pub fn new_streams(&self) -> Result<Vec<Arc<CudaStream>>> {
         self.b
             .inner
@@ -154,7 +158,7 @@ impl Communicator {
             .collect()
     }
 
-    /// The communicator's own stream for each rank (see
+    /// The communicator's own stream for each local rank (see
     /// [`Collectives`](crate::Collectives)).
     pub fn streams(&self) -> &[Arc<CudaStream>] {
         &self.b.streams
@@ -421,6 +425,9 @@ impl Engine for GpuBackend {
         GpuBackend::start(create(&devices, config)?)
     }
     type Joining = job::Joining;
+    fn device_of_local_rank(local: usize) -> usize {
+        local % super::driver::device_count().unwrap_or(1).max(1)
+    }
     fn prepare(
         rank: usize,
         device: usize,

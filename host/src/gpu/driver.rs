@@ -386,6 +386,13 @@ pub(crate) fn sm_count(ctx: &CudaContext) -> Result<usize> {
     Ok(ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize)
 }
 
+/// Whether contexts on `ctx`'s device are shared through MPS, so that
+/// kernels of several processes run at once instead of by time slices.
+pub(crate) fn mps_enabled(ctx: &CudaContext) -> bool {
+    ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MPS_ENABLED)
+        .is_ok_and(|v| v != 0)
+}
+
 /// Captures what `queue` enqueues on `stream` (every rank's stream, for
 /// collectives) into a CUDA graph instead of running it, in thread-local
 /// capture mode, and ends the capture whatever `queue` returns. See the

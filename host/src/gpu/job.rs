@@ -4,7 +4,9 @@
 //! connections over them, as for ranks of one process. The kernels are
 //! the same, one launch per process.
 
-use super::driver::{device_uuid, ipc_handle, open_device, DeviceAlloc, IpcMapping, MappedHost};
+use super::driver::{
+    device_uuid, ipc_handle, mps_enabled, open_device, DeviceAlloc, IpcMapping, MappedHost,
+};
 use super::inner::{Group, Inner};
 use super::module::Kernels;
 use super::setup::{
@@ -49,6 +51,20 @@ fn fit(device: usize) -> Fit {
         batch: 1,
         grids: MAX_RESIDENT_GRIDS,
     }
+}
+
+/// Says once per process that `n` processes share this GPU by time
+/// slices: every step between them then waits for a slice (milliseconds,
+/// against microseconds under MPS). Correct, only slow.
+fn warn_time_sliced(n: usize) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        eprintln!(
+            "ringreduce: {n} processes of this job share one GPU without MPS: they run by time \
+             slices, and every step between them waits for one (start nvidia-cuda-mps-control -d \
+             for kernels that run at once)"
+        )
+    });
 }
 
 /// Rank `rank` on `device`: its area, exported, and its offer. The area
@@ -98,6 +114,10 @@ pub fn join(j: Joining, table: &Table, config: CommConfig) -> Result<Inner> {
         let here = table.ids.iter().filter(|x| x.device == id.device).count();
         let blocks = table.offers[u].resident_blocks as usize;
         channels = channels.min(channels_that_fit(blocks, here, None, fit(u))?);
+    }
+    let sharing = table.ids.iter().filter(|x| x.device == j.uuid).count();
+    if sharing > 1 && !mps_enabled(&j.ctx) {
+        warn_time_sliced(sharing);
     }
     let spans = table.ids.iter().any(|x| x.device != j.uuid);
     let o = &table.offers[j.rank];

@@ -1,0 +1,98 @@
+//! The bench as a job of processes, one rank each: `--procs N` spawns N
+//! copies of itself with torchrun's variables, and a bench a launcher
+//! started (torchrun, mpirun, srun) joins its job from theirs, as
+//! nccl-tests runs under `mpirun -np N ... -g 1`. Rank 0 prints.
+
+use ringreduce::bootstrap::Launch;
+use ringreduce::Error;
+use std::process::{Command, Stdio};
+
+/// The launcher's job this process is a rank of, if it was started as one
+/// of several; a malformed variable is an error naming it.
+pub fn launched() -> Result<Option<Launch>, String> {
+    match Launch::from_env() {
+        Ok(l) if l.world > 1 => Ok(Some(l)),
+        Ok(_) | Err(Error::NoLauncher) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `argv` without the program and without `--procs N` (or `--procs=N`).
+pub fn without_procs(argv: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut skip = false;
+    for a in argv.iter().skip(1) {
+        if skip {
+            skip = false;
+        } else if a == "--procs" {
+            skip = true;
+        } else if !a.starts_with("--procs=") {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
+/// Runs this bench as `n` processes with torchrun's variables (rank 0's
+/// output is this one's) and returns the first failing exit code, else 0.
+pub fn spawn_job(n: usize, argv: &[String]) -> Result<i32, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("a free port: {e}"))?
+        .port();
+    let args = without_procs(argv);
+    let children = (0..n)
+        .map(|r| {
+            Command::new(&exe)
+                .args(&args)
+                .env("RANK", r.to_string())
+                .env("WORLD_SIZE", n.to_string())
+                .env("LOCAL_RANK", r.to_string())
+                .env("LOCAL_WORLD_SIZE", n.to_string())
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", port.to_string())
+                .stdout(if r == 0 {
+                    Stdio::inherit()
+                } else {
+                    Stdio::null()
+                })
+                .spawn()
+                .map_err(|e| format!("starting rank {r}: {e}"))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let mut code = 0;
+    for (r, mut c) in children.into_iter().enumerate() {
+        let status = c.wait().map_err(|e| format!("rank {r}: {e}"))?;
+        let this = status.code().unwrap_or(2);
+        if code == 0 && this != 0 {
+            eprintln!("ringreduce-bench: rank {r} exited with {this}");
+            code = this;
+        }
+    }
+    Ok(code)
+}
+
+/// Sends this process's standard output nowhere: only rank 0 prints.
+pub fn silence_stdout() {
+    use std::os::fd::AsRawFd;
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        // SAFETY: duplicates an open descriptor onto standard output.
+        unsafe { libc::dup2(null.as_raw_fd(), 1) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn procs_is_taken_out_in_both_spellings() {
+        let argv = |s: &str| -> Vec<String> { s.split(' ').map(String::from).collect() };
+        assert_eq!(
+            without_procs(&argv("bench -g 1 --procs 4 -b 8")),
+            argv("-g 1 -b 8")
+        );
+        assert_eq!(without_procs(&argv("bench --procs=4 --cpu")), argv("--cpu"));
+    }
+}
