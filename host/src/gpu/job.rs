@@ -108,12 +108,15 @@ pub fn join(j: Joining, table: &Table, config: CommConfig) -> Result<Inner> {
     let world = table.world();
     let ring = RingOrder::for_ranks(config.ring_order.as_deref(), world)?;
     // Every rank works this out alike from the table: the channels that
-    // fit each device with the processes on it.
+    // fit each device with every process on it, since all their blocks
+    // wait on each other and must be resident at once (under MPS they
+    // share the SMs). A configured count that does not fit them all is a
+    // typed error, as for ranks of one process.
     let mut channels = table.channels;
     for (u, id) in table.ids.iter().enumerate() {
         let here = table.ids.iter().filter(|x| x.device == id.device).count();
         let blocks = table.offers[u].resident_blocks as usize;
-        channels = channels.min(channels_that_fit(blocks, here, None, fit(u))?);
+        channels = channels.min(channels_that_fit(blocks, here, config.channels, fit(u))?);
     }
     let sharing = table.ids.iter().filter(|x| x.device == j.uuid).count();
     if sharing > 1 && !mps_enabled(&j.ctx) {
