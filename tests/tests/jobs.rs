@@ -184,3 +184,104 @@ fn ranks_created_with_different_settings_fail_alike() {
         );
     }
 }
+
+/// A job of `world` ranks of which only `started` run, each with `extra`
+/// and rank `r` also with `per_rank(r)`, all on one port: every rank
+/// started, and its exit code and lines.
+fn partial_job(
+    world: usize,
+    started: &[usize],
+    extra: &[(&str, String)],
+    per_rank: impl Fn(usize) -> Vec<(String, String)>,
+) -> Vec<(usize, i32, Vec<String>)> {
+    let port = free_port();
+    let ranks: Vec<(usize, Rank)> = started
+        .iter()
+        .map(|&r| {
+            let mut v = ringreduce_tests::procs::torchrun(r, world, port, extra);
+            for (k, val) in per_rank(r) {
+                v.retain(|(k0, _)| *k0 != k);
+                v.push((k, val));
+            }
+            (r, Rank::spawn(&bin(), &v))
+        })
+        .collect();
+    ranks
+        .into_iter()
+        .map(|(r, rank)| {
+            let (code, lines) = rank.finish();
+            (r, code, lines)
+        })
+        .collect()
+}
+
+fn short() -> Vec<(&'static str, String)> {
+    vec![
+        ("RINGREDUCE_TEST_JOB", "join".to_string()),
+        ("RINGREDUCE_TEST_TIMEOUT_MS", "2000".to_string()),
+    ]
+}
+
+/// Every rank failed to join with an error that starts with `want`.
+fn assert_all_fail(got: &[(usize, i32, Vec<String>)], want: &str) {
+    for (r, code, lines) in got {
+        assert_eq!(*code, 2, "rank {r}: {lines:?}");
+        assert!(
+            lines.first().is_some_and(|l| l.starts_with(want)),
+            "rank {r}: {lines:?}, want {want}"
+        );
+    }
+}
+
+#[test]
+fn a_rank_that_never_starts_fails_every_rank_naming_it() {
+    let t0 = Instant::now();
+    let got = partial_job(3, &[0, 1], &short(), |_| vec![]);
+    assert_all_fail(&got, "error RanksMissing { ranks: [2]");
+    // Not before the 2 s timeout, and not long after it.
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn a_mismatched_world_size_fails_every_rank() {
+    let got = partial_job(3, &[0, 1, 2], &short(), |r| {
+        if r == 1 {
+            vec![("WORLD_SIZE".into(), "4".into())]
+        } else {
+            vec![]
+        }
+    });
+    assert_all_fail(&got, "error WorldMismatch { rank: 1, theirs: 4, ours: 3 }");
+}
+
+#[test]
+fn a_bad_address_is_an_error_naming_the_variable() {
+    let got = partial_job(2, &[0, 1], &short(), |_| {
+        vec![("MASTER_PORT".into(), "http".into())]
+    });
+    assert_all_fail(&got, "error Env { var: \"MASTER_PORT\"");
+}
+
+#[test]
+fn a_port_taken_by_something_else_fails_every_rank_in_time() {
+    // Something that accepts connections and never speaks.
+    let squatter = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = squatter.local_addr().unwrap().port();
+    let t0 = Instant::now();
+    let got = partial_job(3, &[0, 1, 2], &short(), |_| {
+        vec![("MASTER_PORT".into(), port.to_string())]
+    });
+    for (r, code, lines) in &got {
+        assert_eq!(*code, 2, "rank {r}: {lines:?}");
+        assert!(lines[0].starts_with("error "), "rank {r}: {lines:?}");
+    }
+    // Rank 0 cannot listen; the others hear nothing from the squatter and
+    // give up by their timeout and its grace.
+    assert!(got[0].2[0].contains("Bootstrap"), "{got:?}");
+    assert!(t0.elapsed() < Duration::from_secs(6), "{:?}", t0.elapsed());
+    drop(squatter);
+}

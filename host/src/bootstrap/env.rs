@@ -137,7 +137,9 @@ impl Launch {
     }
 
     /// The job's [`UniqueId`]: rank 0's address resolved, and a job number
-    /// every rank derives alike from the launch.
+    /// every rank derives alike from the launch. The world size is not part
+    /// of it, so that a rank started with another one reaches rank 0 and is
+    /// told `WorldMismatch`, not taken for another job.
     pub fn unique_id(&self) -> Result<UniqueId> {
         let addr = self
             .root
@@ -145,10 +147,7 @@ impl Launch {
             .map_err(|e| Error::Bootstrap(format!("cannot resolve {}: {e}", self.root)))?
             .next()
             .ok_or_else(|| Error::Bootstrap(format!("{} names no address", self.root)))?;
-        let key = format!(
-            "{:?}/{}/{}/{}",
-            self.launcher, self.root, self.world, self.job_key
-        );
+        let key = format!("{:?}/{}/{}", self.launcher, self.root, self.job_key);
         Ok(UniqueId::at(addr, fnv1a(key.as_bytes())))
     }
 }

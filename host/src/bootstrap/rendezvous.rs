@@ -220,7 +220,10 @@ fn root(
             None
         };
         if let Some(why) = why {
-            return Err(fail_all(&mut members, Some(s), why));
+            let told = arrived; // the members so far and this one
+            fail_all(&mut members, Some(s), why.clone());
+            tell_late(&listener, id, why.clone(), world - 1 - told, deadline);
+            return Err(why.to_error());
         }
         members[r as usize] = Some((s, h.me));
         arrived += 1;
@@ -266,6 +269,32 @@ fn fail_all(
         let _ = send(&mut s, &reply);
     }
     why.to_error()
+}
+
+/// After a refusal, tells the `left` members still to come the same, as
+/// they arrive until `deadline`, so that every rank of the job returns one
+/// error rather than the late ones timing out.
+fn tell_late(listener: &TcpListener, id: &UniqueId, why: Refusal, left: usize, deadline: Instant) {
+    let reply = Reply::Refused { magic: MAGIC, why };
+    let mut left = left;
+    while left > 0 && Instant::now() < deadline {
+        let Ok((mut s, _)) = listener.accept() else {
+            std::thread::sleep(Duration::from_millis(2));
+            continue;
+        };
+        let wait = deadline
+            .saturating_duration_since(Instant::now())
+            .clamp(Duration::from_millis(100), HELLO_WAIT);
+        if s.set_nonblocking(false).is_err() || s.set_read_timeout(Some(wait)).is_err() {
+            continue;
+        }
+        if let Ok(h) = recv::<Hello>(&mut s) {
+            if h.magic == MAGIC && h.job == id.job() {
+                let _ = send(&mut s, &reply);
+                left -= 1;
+            }
+        }
+    }
 }
 
 /// A member: connects to rank 0 (again and again until `deadline`, since
