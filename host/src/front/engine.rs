@@ -34,9 +34,9 @@ use std::sync::Mutex;
 // code (`front/mod.rs`) and this trait need not import each other.
 pub struct Comm<B: Engine> {
     pub(crate) b: B,
-    /// The peer watch, when the ranks are processes of a job; dropped
-    /// after the backend, so that peers hear the goodbye once this rank's
-    /// work is over.
+    /// The peer watch, when the ranks are processes of a job; the drop
+    /// leaves the job through it before the backend frees its memory
+    /// (`front/job.rs`).
     pub(crate) job: Option<crate::bootstrap::Watch>,
 }
 
