@@ -4,7 +4,9 @@
 //! exported to its peers with CUDA IPC. The same checks as the CPU
 //! execution's jobs (`jobs.rs`): the collectives bit for bit against the
 //! reference, a rank killed mid-collective or one that aborts ending every
-//! survivor's call with a typed error naming it, long before the timeout.
+//! survivor's call with a typed error naming it, long before the timeout;
+//! and the gradient layer's fused all-reduce, the same bits as in one
+//! process.
 //! Several processes share a GPU by time slices unless MPS runs, which
 //! makes them slow, not wrong. Without a GPU the harness reports them as
 //! ignored.
@@ -40,6 +42,22 @@ fn gpu_job_matrix(dev: usize) {
         let t = Instant::now();
         assert_matrix_passes(gpu_job(dev, k, &extra), &format!("k = {k}, {algo}"));
         println!("{k} processes, {algo}: {:.1} s", t.elapsed().as_secs_f64());
+    }
+}
+
+fn gpu_job_grad(dev: usize) {
+    for (k, algo) in [(4, "ring"), (3, "one-shot")] {
+        let extra = [
+            ("RINGREDUCE_TEST_JOB", "grad".to_string()),
+            ("RINGREDUCE_TEST_ALGO", algo.to_string()),
+        ];
+        for (r, rank) in gpu_job(dev, k, &extra).into_iter().enumerate() {
+            let (code, lines) = rank.finish();
+            assert!(
+                code == 0 && lines.iter().any(|l| l == "ok 14 0"),
+                "k = {k}, {algo}, rank {r}: exit {code}, {lines:?}"
+            );
+        }
     }
 }
 
@@ -91,6 +109,7 @@ fn gpu_job_abort(dev: usize) {
 fn main() -> std::process::ExitCode {
     run_gpu_tests(&[
         ("gpu_job_matrix", gpu_job_matrix),
+        ("gpu_job_grad", gpu_job_grad),
         (
             "gpu_job_killed_mid_collective",
             gpu_job_killed_mid_collective,

@@ -285,3 +285,20 @@ fn a_port_taken_by_something_else_fails_every_rank_in_time() {
     assert!(t0.elapsed() < Duration::from_secs(6), "{:?}", t0.elapsed());
     drop(squatter);
 }
+
+#[test]
+fn the_gradient_layer_across_processes_matches_one_process() {
+    for (k, algo) in [(3, "ring"), (2, "one-shot"), (4, "two-shot")] {
+        let extra = [
+            ("RINGREDUCE_TEST_JOB", "grad".to_string()),
+            ("RINGREDUCE_TEST_ALGO", algo.to_string()),
+        ];
+        for (r, rank) in job(k, &extra, |_| vec![]).into_iter().enumerate() {
+            let (code, lines) = rank.finish();
+            assert!(
+                code == 0 && lines.iter().any(|l| l == "ok 14 0"),
+                "k = {k}, {algo}, rank {r}: exit {code}, {lines:?}"
+            );
+        }
+    }
+}

@@ -23,7 +23,9 @@ pub trait GradBackend: Collectives {
     /// that uses it is queued.
     type Hold: Send + 'static;
 
-    /// New queues, one per rank (ranks of one launch may share one).
+    /// New queues, one per local rank (ranks of one launch may share one).
+    /// Here and below, a `rank` argument counts the local ranks
+    /// ([`Collectives::local_ranks`]).
     fn new_queues(&self) -> Result<Vec<Self::Queue>>;
     /// The queues the communicator's own calls use.
     fn own_queues(&self) -> Vec<Self::Queue>;
@@ -148,11 +150,11 @@ impl GradBackend for Communicator {
         p
     }
     fn check_placement<T: RsElement>(&self, rank: usize, buf: &CudaSlice<T>) -> Result<()> {
-        let expected = self.context(rank).ordinal();
+        let expected = self.inner().ranks[rank].ctx.ordinal();
         let found = buf.context().ordinal();
         if found != expected {
             return Err(Error::WrongDevice {
-                rank,
+                rank: self.local_ranks().start + rank,
                 which: "tensor",
                 found: found as i64,
                 expected,
@@ -205,10 +207,10 @@ impl GradBackend for CpuCommunicator {
     type Hold = crate::cpu::Hold;
 
     fn new_queues(&self) -> Result<Vec<()>> {
-        Ok(vec![(); self.k()])
+        Ok(vec![(); self.local_ranks().len()])
     }
     fn own_queues(&self) -> Vec<()> {
-        vec![(); self.k()]
+        vec![(); self.local_ranks().len()]
     }
     /// A rank's queues are all its worker thread.
     fn queue_id(&self, _queue: &()) -> u64 {

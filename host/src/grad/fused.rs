@@ -74,7 +74,7 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
     /// Starts the streaming form: gradients are produced on `producers`
     /// (one queue per rank), and [`Session::push`]ed as they are ready.
     pub fn session<'t>(&mut self, producers: Vec<C::Queue>) -> Result<Session<'_, 'c, 't, C>> {
-        let k = self.comm.k();
+        let k = self.comm.local_ranks().len();
         if producers.len() != k {
             return Err(Error::WrongStreamCount {
                 got: producers.len(),

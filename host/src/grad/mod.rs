@@ -4,9 +4,13 @@
 //! the backward pass), a half-precision all-reduce of `f32` gradients, and a
 //! sparse all-reduce by threshold or top-K with error feedback.
 //!
-//! A *tensor* here is one buffer per rank (`Vec<C::Buf<f32>>`, user rank
-//! order), as every call of a [`Collectives`](crate::Collectives) backend
-//! takes all ranks.
+//! A *tensor* here is one buffer per local rank (`Vec<C::Buf<f32>>`, in
+//! the order of [`Collectives::local_ranks`](crate::Collectives::local_ranks)),
+//! as every call of a [`Collectives`](crate::Collectives) backend takes:
+//! every rank's in one process, or this process's own rank's in a job of
+//! processes, where the layer runs unchanged. Queues and scratch buffers
+//! are per local rank too (the backend's `rank` arguments below count
+//! them).
 //! Every call is queued on the communicator's own queues (its streams) and
 //! returns without waiting, like a collective; read results through the
 //! backend (`download`, `read`), which waits for them. The streaming
@@ -180,7 +184,7 @@ impl<B> Slots<B> {
 impl<'c, C: GradBackend> GradSync<'c, C> {
     /// The layer over `comm`, with its own copy and communication queues.
     pub fn new(comm: &'c C, config: GradConfig) -> Result<Self> {
-        let k = comm.k();
+        let k = comm.local_ranks().len();
         Ok(GradSync {
             comm,
             own: comm.own_queues(),
@@ -235,13 +239,16 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
         n: usize,
         mismatch: fn(usize, u64, u64) -> Error,
     ) -> Result<()> {
-        let k = self.comm.k();
-        if t.len() != k {
-            return Err(Error::WrongBufferCount { got: t.len(), k });
+        let here = self.comm.local_ranks();
+        if t.len() != here.len() {
+            return Err(Error::WrongBufferCount {
+                got: t.len(),
+                k: here.len(),
+            });
         }
         for (u, b) in t.iter().enumerate() {
             if C::len_of(b) != n {
-                return Err(mismatch(u, C::len_of(b) as u64, n as u64));
+                return Err(mismatch(here.start + u, C::len_of(b) as u64, n as u64));
             }
             self.comm.check_placement(u, b)?;
         }

@@ -45,7 +45,7 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
         if n as u64 >= u32::MAX as u64 {
             return Err(Error::SparseTooLong(n as u64));
         }
-        let k = self.comm.k();
+        let k = tensor.len();
         let g: Vec<u64> = (0..k).map(|u| self.comm.addr(u, &tensor[u])).collect();
         let r: Option<Vec<u64>> = residual
             .as_ref()
@@ -101,7 +101,7 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
             return Err(Error::SparseTooLong(len as u64));
         }
         let own = self.own.clone();
-        let k = self.comm.k();
+        let k = self.comm.local_ranks().len();
         let mut g = Vec::with_capacity(k);
         let mut r = Vec::with_capacity(k);
         let mut holds = Vec::with_capacity(k);
@@ -260,7 +260,8 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
                 let word = SelectState::COUNT_WORD;
                 gather_slots(comm, states, word..word + 1, counts, &own)?;
                 // The one host synchronisation of the threshold path.
-                let all = comm.read(0, counts.all_mut()[0], 0..k)?;
+                let first = comm.local_ranks().start;
+                let all = comm.read(first, counts.all_mut()[0], 0..k)?;
                 all.into_iter().max().unwrap_or(0)
             }
         };

@@ -174,7 +174,7 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
         grads: &'s mut BucketedGrads<C>,
         producers: Vec<C::Queue>,
     ) -> Result<BucketSession<'s, 'c, C>> {
-        let k = self.comm.k();
+        let k = self.comm.local_ranks().len();
         if producers.len() != k {
             return Err(Error::WrongStreamCount {
                 got: producers.len(),
@@ -243,7 +243,7 @@ impl<C: GradBackend> BucketSession<'_, '_, C> {
     /// with nothing pushed. Producers of the next step must run after
     /// `queues` (usually they are the same streams).
     pub fn wait(mut self, queues: &[C::Queue]) -> Result<()> {
-        let k = self.g.comm.k();
+        let k = self.g.comm.local_ranks().len();
         if queues.len() != k {
             // Dropping the session still finishes and orders the buckets.
             return Err(Error::WrongStreamCount {

@@ -5,6 +5,9 @@
 //! that started it:
 //!
 //! - `join`: nothing more (to time joining).
+//! - `grad`: the gradient layer's fused all-reduce, plain and in bf16,
+//!   against the same calls on every rank in this process; prints `ok
+//!   <tensors> <differing elements>`.
 //! - `matrix`: every collective over a sample of types, ops, counts and
 //!   placements, each checked bit for bit (guards included) against the
 //!   reference; prints `ok <cases> <wrong>`.
@@ -23,10 +26,12 @@
 //! `RINGREDUCE_TEST_BUFFER` the staging bytes, `RINGREDUCE_TEST_ALGO` the
 //! algorithm and `RINGREDUCE_TEST_DEVICE` the GPU (else the local rank's).
 
+use ringreduce::grad::GradBackend;
 use ringreduce::{
     Algo, Backend, Collective, Collectives, Comm, CommConfig, CpuBackend, DataType, GpuBackend, Op,
     Result,
 };
+use ringreduce::{GradConfig, GradSync, Precision};
 use ringreduce_tests::cases::{run_case, Case, Offsets};
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -106,8 +111,84 @@ fn all_reduce<B: Backend>(comm: &Comm<B>, n: usize) -> Result<()> {
     comm.synchronize()
 }
 
+/// Rank `r`'s gradient `t` of `len` elements: fractions of mixed
+/// magnitudes, so that a sum's last bits depend on its fold order.
+fn gradient(r: usize, t: usize, len: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| ((i * 31 + r * 7 + t * 13) % 97) as f32 * 0.37 - 17.9 + r as f32 * 1e-3)
+        .collect()
+}
+
+/// The gradient layer's fused all-reduce (plain, then bf16 averaged) of a
+/// few tensors in small buckets across the job's processes, against the
+/// same calls on one communicator of every rank in this process with the
+/// same configuration: this rank's results must be the same bits.
+fn grad<B: Backend>(comm: &Comm<B>) -> Result<String>
+where
+    Comm<B>: GradBackend,
+{
+    let (k, me) = (comm.k(), comm.local_ranks().start);
+    let lens = [1000usize, 10, 300_000, 77, 4096, 0, 65_536];
+    let gc = GradConfig {
+        bucket_bytes: 256 << 10,
+        ..GradConfig::default()
+    };
+    let device = ms("RINGREDUCE_TEST_DEVICE").unwrap_or(0) as usize;
+    let one = Comm::<B>::create(k, comm.config().clone().devices(vec![device; k]))?;
+    let mut wrong = 0usize;
+    for half in [false, true] {
+        let run = |c: &Comm<B>, ranks: std::ops::Range<usize>| -> Result<Vec<Vec<Vec<f32>>>> {
+            let mut sync = GradSync::new(c, gc.clone())?;
+            let mut tensors = lens
+                .iter()
+                .enumerate()
+                .map(|(t, &len)| {
+                    ranks
+                        .clone()
+                        .map(|r| c.upload(r, &gradient(r, t, len)))
+                        .collect::<Result<Vec<_>>>()
+                })
+                .collect::<Result<Vec<_>>>()?;
+            if half {
+                sync.fused_all_reduce_half(&mut tensors, Precision::Bf16, true)?;
+            } else {
+                sync.fused_all_reduce(&mut tensors)?;
+            }
+            c.synchronize()?;
+            tensors
+                .iter()
+                .map(|t| {
+                    ranks
+                        .clone()
+                        .zip(t)
+                        .map(|(r, b)| c.download(r, b))
+                        .collect::<Result<Vec<_>>>()
+                })
+                .collect()
+        };
+        let across = run(comm, me..me + 1)?;
+        let alone = run(&one, 0..k)?;
+        for (t, (a, b)) in across.iter().zip(&alone).enumerate() {
+            let (a, b) = (&a[0], &b[me]);
+            let differ = a
+                .iter()
+                .zip(b)
+                .filter(|(x, y)| x.to_bits() != y.to_bits())
+                .count();
+            if differ > 0 || a.len() != lens[t] {
+                say(&format!("grad tensor {t} (half {half}): {differ} differ"));
+            }
+            wrong += differ + a.len().abs_diff(lens[t]);
+        }
+    }
+    Ok(format!("ok {} {wrong}", 2 * lens.len()))
+}
+
 /// What `RINGREDUCE_TEST_JOB` asks of this rank.
-fn act<B: Backend>(comm: &Comm<B>) -> Result<String> {
+fn act<B: Backend>(comm: &Comm<B>) -> Result<String>
+where
+    Comm<B>: GradBackend,
+{
     let job = var("RINGREDUCE_TEST_JOB").unwrap_or_else(|| "matrix".into());
     let (mode, who) = match job.split_once(':') {
         Some((m, r)) => (m.to_string(), r.parse::<usize>().ok()),
@@ -121,6 +202,7 @@ fn act<B: Backend>(comm: &Comm<B>) -> Result<String> {
     let big = 1 << 20;
     match mode.as_str() {
         "join" => Ok("done".into()),
+        "grad" => grad(comm),
         "matrix" => {
             let (mut n, mut wrong) = (0, 0);
             for case in cases(comm.k()) {
@@ -167,7 +249,10 @@ fn act<B: Backend>(comm: &Comm<B>) -> Result<String> {
     }
 }
 
-fn run<B: Backend>() -> std::process::ExitCode {
+fn run<B: Backend>() -> std::process::ExitCode
+where
+    Comm<B>: GradBackend,
+{
     let t = Instant::now();
     let comm = match Comm::<B>::from_env(config()) {
         Ok(c) => c,
