@@ -13,6 +13,7 @@
 
 use crate::error::{Error, Result};
 use std::ffi::CString;
+use std::sync::Mutex;
 
 /// One mapping of a shared-memory object, unmapped when dropped; the
 /// owner's also unlinks the name if it is still there.
@@ -21,7 +22,7 @@ pub struct Segment {
     ptr: *mut u8,
     bytes: usize,
     /// The name to unlink (the owner's, until [`Segment::unlink`]).
-    owned_name: Option<CString>,
+    owned_name: Mutex<Option<CString>>,
 }
 
 // SAFETY: the mapping is plain memory; who writes where is the collective
@@ -33,6 +34,37 @@ unsafe impl Sync for Segment {}
 /// on the host, and a leftover of a killed job is easy to tell.
 pub fn segment_name(job: u64, rank: usize, pid: u32) -> String {
     format!("/ringreduce-{job:016x}-r{rank}-p{pid}")
+}
+
+/// The process whose area `name` (a file name in `/dev/shm`) is, if it is
+/// one of ours.
+fn owner_of(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("ringreduce-")?;
+    let (_, pid) = rest.rsplit_once("-p")?;
+    pid.parse().ok()
+}
+
+/// Unlinks the names of areas whose process is gone: a rank killed
+/// between creating its area and its peers' mapping it leaves its name
+/// behind (its memory with it), and the next job on the host removes it.
+/// A name whose pid was reused by a live process stays (and costs only
+/// its pages).
+pub fn sweep_stale() {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(pid) = owner_of(name) else { continue };
+        if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if let Ok(c) = CString::new(format!("/{name}")) {
+            // SAFETY: a valid C string; a name already gone is fine.
+            unsafe { libc::shm_unlink(c.as_ptr()) };
+        }
+    }
 }
 
 fn shm_error(what: &str, name: &str, bytes: usize) -> Error {
@@ -86,7 +118,7 @@ impl Segment {
         Ok(Segment {
             ptr: mapped?,
             bytes,
-            owned_name: Some(c),
+            owned_name: Mutex::new(Some(c)),
         })
     }
 
@@ -115,7 +147,7 @@ impl Segment {
         Ok(Segment {
             ptr: mapped?,
             bytes,
-            owned_name: None,
+            owned_name: Mutex::new(None),
         })
     }
 
@@ -142,7 +174,7 @@ impl Segment {
         Ok(Segment {
             ptr: p as *mut u8,
             bytes,
-            owned_name: None,
+            owned_name: Mutex::new(None),
         })
     }
 
@@ -153,8 +185,13 @@ impl Segment {
 
     /// Removes the owner's name once every peer has mapped the object: the
     /// memory then lives as long as some process maps it.
-    pub fn unlink(&mut self) {
-        if let Some(c) = self.owned_name.take() {
+    pub fn unlink(&self) {
+        let name = self
+            .owned_name
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(c) = name {
             // SAFETY: a valid C string; a name already gone is fine.
             unsafe { libc::shm_unlink(c.as_ptr()) };
         }
@@ -197,7 +234,7 @@ mod tests {
     #[test]
     fn owner_and_peer_share_and_unlink() {
         let name = segment_name(0x5e9, 1, std::process::id());
-        let mut owner = Segment::create(&name, 4096).unwrap();
+        let owner = Segment::create(&name, 4096).unwrap();
         let peer = Segment::open(&name, 4096).unwrap();
         // SAFETY: both map the same 4096 bytes.
         unsafe {
@@ -217,6 +254,22 @@ mod tests {
             Segment::create(&name, 4096).is_ok(),
             "the name is free again"
         );
+    }
+
+    /// A name left by a process that is gone is swept; a live one's stays.
+    #[test]
+    fn stale_names_are_swept() {
+        assert_eq!(owner_of("ringreduce-00ab-r3-p4242"), Some(4242));
+        assert_eq!(owner_of("other-thing"), None);
+        // A pid above the kernel's limit is no process.
+        let dead = segment_name(0x5eb, 0, 4_194_304 + 7);
+        let live = segment_name(0x5eb, 1, std::process::id());
+        let d = Segment::create(&dead, 4096).unwrap();
+        let l = Segment::create(&live, 4096).unwrap();
+        sweep_stale();
+        assert!(Segment::open(&dead, 4096).is_err(), "swept");
+        assert!(Segment::open(&live, 4096).is_ok(), "kept");
+        drop((d, l));
     }
 
     /// A peer that announces more than the object holds is refused, and a

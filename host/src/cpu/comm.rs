@@ -247,6 +247,13 @@ impl Engine for CpuBackend {
     fn join(joining: setup::Joining, table: &Table, config: CommConfig) -> Result<Self> {
         CpuBackend::start(setup::join(joining, table, config)?)
     }
+    /// Every peer has mapped this rank's area: its name goes, and the
+    /// memory lives as long as some process maps it.
+    fn mapped(&mut self) {
+        for r in &self.inner.ranks {
+            r.area.unlink();
+        }
+    }
     fn alarm(&self) -> Alarm {
         let inner = self.inner.clone();
         Box::new(move |e| {

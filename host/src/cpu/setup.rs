@@ -11,7 +11,7 @@ use crate::layout::{direct_peers, wiring, RankLayout};
 use crate::memo::PlanMemo;
 use crate::planner::connect;
 use crate::ring::RingOrder;
-use crate::shm::{segment_name, Segment};
+use crate::shm::{segment_name, sweep_stale, Segment};
 use crate::state::CommState;
 use ringreduce_kernels::abi::{DirectPeer, RankConn, CPU_THREADS};
 use ringreduce_kernels::cpu::Trap;
@@ -128,6 +128,7 @@ pub(super) fn prepare(rank: usize, config: &CommConfig, job: u64) -> Result<(Joi
     let channels = cpu_channels(config.channels)?;
     let half = config.effective_direct_bytes();
     let layout = RankLayout::new(channels, staging, half);
+    sweep_stale();
     let name = segment_name(job, rank, std::process::id());
     let area = Segment::create(&name, layout.bytes as usize)?;
     let offer = Offer::new(BACKEND, config, channels, staging, half, name.into_bytes());
