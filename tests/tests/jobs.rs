@@ -105,6 +105,7 @@ fn a_rank_killed_mid_collective_fails_every_survivor_naming_it() {
         // The others are in their all-reduce, waiting for the dead rank.
         std::thread::sleep(Duration::from_millis(300));
         let killed = Instant::now();
+        let pid = ranks[dead].child.id();
         ranks[dead].child.kill().expect("kill -9");
         let _ = ranks[dead].child.wait();
         assert_survivors_fail(
@@ -115,6 +116,17 @@ fn a_rank_killed_mid_collective_fails_every_survivor_naming_it() {
             Duration::from_secs(2),
             ANSWER,
         );
+        // Its shared memory's name went once its peers had mapped it: a
+        // killed job leaves nothing in /dev/shm.
+        let left: Vec<String> = std::fs::read_dir("/dev/shm")
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mine = format!("-p{pid}");
+        assert!(!left.iter().any(|n| n.ends_with(&mine)), "{left:?}");
     }
 }
 
