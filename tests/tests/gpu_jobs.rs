@@ -61,6 +61,19 @@ fn gpu_job_grad(dev: usize) {
     }
 }
 
+/// Two jobs of four processes at once on one GPU, each with two channels
+/// a rank so that all their blocks fit together: both correct.
+fn gpu_two_jobs_at_once(dev: usize) {
+    let extra = [
+        ("RINGREDUCE_TEST_JOB", "matrix".to_string()),
+        ("RINGREDUCE_TEST_CHANNELS", "2".to_string()),
+    ];
+    let a = gpu_job(dev, 4, &extra);
+    let b = gpu_job(dev, 4, &extra);
+    assert_matrix_passes(a, "the first job");
+    assert_matrix_passes(b, "the second job");
+}
+
 fn fault_vars(job: &str) -> Vec<(&'static str, String)> {
     vec![
         ("RINGREDUCE_TEST_JOB", job.to_string()),
@@ -110,6 +123,7 @@ fn main() -> std::process::ExitCode {
     run_gpu_tests(&[
         ("gpu_job_matrix", gpu_job_matrix),
         ("gpu_job_grad", gpu_job_grad),
+        ("gpu_two_jobs_at_once", gpu_two_jobs_at_once),
         (
             "gpu_job_killed_mid_collective",
             gpu_job_killed_mid_collective,

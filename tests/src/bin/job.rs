@@ -24,7 +24,8 @@
 //! <error as {:?}> <ms>` for an error, with the milliseconds its last step
 //! took. `RINGREDUCE_TEST_TIMEOUT_MS` sets the timeout,
 //! `RINGREDUCE_TEST_BUFFER` the staging bytes, `RINGREDUCE_TEST_ALGO` the
-//! algorithm and `RINGREDUCE_TEST_DEVICE` the GPU (else the local rank's).
+//! algorithm, `RINGREDUCE_TEST_CHANNELS` the channels and
+//! `RINGREDUCE_TEST_DEVICE` the GPU (else the local rank's).
 
 use ringreduce::grad::GradBackend;
 use ringreduce::{
@@ -58,6 +59,9 @@ fn config() -> CommConfig {
     }
     if let Some(a) = var("RINGREDUCE_TEST_ALGO") {
         c = c.algorithm(Algo::parse(&a).expect("an algorithm"));
+    }
+    if let Some(n) = ms("RINGREDUCE_TEST_CHANNELS") {
+        c = c.channels(n as u32);
     }
     if let Some(d) = ms("RINGREDUCE_TEST_DEVICE") {
         c = c.devices(vec![d as usize]);
