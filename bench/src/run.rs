@@ -36,6 +36,20 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         return crate::procs::spawn_job(n as usize, &argv);
     }
     let job = crate::procs::launched()?;
+    // Only rank 0 writes the report and the plot (every rank is given the
+    // same paths).
+    let quiet;
+    let args = match &job {
+        Some(l) if l.rank != 0 => {
+            quiet = BenchArgs {
+                json: None,
+                plot: None,
+                ..args.clone()
+            };
+            &quiet
+        }
+        _ => args,
+    };
     if let Some(l) = &job {
         if args.ranks != 1 {
             return Err("-g counts the ranks of one process: 1 in a job of processes".into());

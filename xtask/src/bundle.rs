@@ -66,12 +66,13 @@ pub fn build_tools(root: &Path, profile: Profile) -> PathBuf {
 }
 
 /// The test binaries the suite runs, by target name.
-const SUITE_TESTS: [&str; 10] = [
+const SUITE_TESTS: [&str; 11] = [
     "gpu",
     "gpu_loading",
     "gpu_faults",
     "gpu_grad",
     "gpu_jobs",
+    "jobs",
     "grad",
     "cpu_matrix",
     "cpu_back_to_back",

@@ -11,6 +11,8 @@ pub struct Ctx {
     /// The bundle: `ringreduce-bench` and `tests/<name>`.
     pub bin_dir: PathBuf,
     pub out: PathBuf,
+    /// Variables every command of the part gets (MPS's folders).
+    pub env: Vec<(String, String)>,
 }
 
 impl Ctx {
@@ -19,6 +21,15 @@ impl Ctx {
     }
     pub(super) fn log(&self, name: &str) -> PathBuf {
         self.out.join(format!("{name}.log"))
+    }
+    /// The same, every command also with `env`.
+    pub(super) fn with_env(&self, env: &[(String, String)]) -> Ctx {
+        Ctx {
+            cpu: self.cpu,
+            bin_dir: self.bin_dir.clone(),
+            out: self.out.clone(),
+            env: self.env.iter().chain(env).cloned().collect(),
+        }
     }
 }
 
@@ -38,7 +49,7 @@ pub fn gpu_tool(
 }
 
 /// A CUDA toolkit program: on PATH, else where the toolkit puts it.
-fn cuda_tool(name: &str) -> Option<PathBuf> {
+pub(super) fn cuda_tool(name: &str) -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH").and_then(|p| {
         std::env::split_paths(&p)
             .map(|d| d.join(name))

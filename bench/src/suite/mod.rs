@@ -7,6 +7,7 @@ pub mod ctx;
 pub mod exec;
 pub mod figures;
 pub mod judge;
+pub mod mps;
 pub mod parts;
 pub mod probes;
 pub mod profile;
@@ -165,6 +166,7 @@ pub fn main_with(args: SuiteArgs, argv: Vec<String>) -> i32 {
         cpu: args.cpu,
         bin_dir,
         out: out.clone(),
+        env: Vec::new(),
     };
     // Never NVLink SHARP: this suite must not touch multicast objects.
     std::env::set_var("NCCL_NVLS_ENABLE", "0");

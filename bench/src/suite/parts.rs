@@ -55,6 +55,11 @@ pub(super) enum Job {
         gpu: &'static str,
         cpu: &'static str,
     },
+    /// Communicators across processes: the process tests.
+    Jobs,
+    /// `job` with MPS running, where the host has it (its processes share
+    /// one GPU).
+    Mps(Box<Job>),
 }
 
 /// A named part of the suite.
@@ -108,6 +113,13 @@ pub fn all() -> Vec<Part> {
             sizes,
         },
     };
+    let procs = |name, about, common, gpu, cpu, est| Part {
+        name,
+        about,
+        est_s: (est, 10),
+        cap_s: 300,
+        job: Job::Mps(Box::new(Job::Sweep { common, gpu, cpu })),
+    };
     vec![
         Part {
             name: "tests",
@@ -123,6 +135,37 @@ pub fn all() -> Vec<Part> {
             cap_s: 300,
             job: Job::Faults,
         },
+        Part {
+            name: "jobs",
+            about: "one process per rank (MPS started where the host has it): every collective against the reference with 2, 3 and 4 processes, the gradient layer's fused all-reduce against one process, two 4-process jobs at once, a rank killed mid-collective and an abort, each ending every rank's call with the error naming it",
+            est_s: (90, 40),
+            cap_s: 600,
+            job: Job::Mps(Box::new(Job::Jobs)),
+        },
+        procs(
+            "procs-k4-256M",
+            "one process per rank, k = 4 (MPS where present): the ring at 256 MiB, all three collectives, 2 MiB staging, channels automatic; against ring-k4-256M, the same in one process",
+            "--procs 4 --collective all --algo ring --buffsize 2M",
+            "-b 256M -e 256M -n 10 -w 3",
+            "-b 8 -e 64K -f 8 -n 2 -w 1",
+            60,
+        ),
+        sweep(
+            "ring-k4-256M",
+            "the same as procs-k4-256M with the four ranks in one process",
+            "-g 4 --collective all --algo ring --buffsize 2M",
+            "-b 256M -e 256M -n 10 -w 3",
+            "-b 8 -e 64K -f 8 -n 2 -w 1",
+            40,
+        ),
+        procs(
+            "procs-latency-k8",
+            "one process per rank, k = 8 (MPS where present): all-reduce 8 B to 4 KiB, Auto",
+            "--procs 8 -d float -o sum --collective all-reduce",
+            "-b 8 -e 4K -f 2 -n 200 -w 20 --repeats 3",
+            "-b 8 -e 512 -f 8 -n 2 -w 1",
+            40,
+        ),
         Part {
             name: "grad",
             about: "the gradient layer: fused against per-tensor, the streaming session and its stream order, half precision against its reference, sparse against a sort-based selection, results identical to the CPU execution",
@@ -468,6 +511,14 @@ pub(super) fn faults_runs(cpu: bool) -> Vec<TestRun> {
                 "gpu_sanitize",
             ],
         )]
+    }
+}
+
+pub(super) fn jobs_runs(cpu: bool) -> Vec<TestRun> {
+    if cpu {
+        vec![run("jobs", &["--nocapture", "--test-threads=1"])]
+    } else {
+        vec![run("gpu_jobs", &["--nocapture", "--test-threads=1"])]
     }
 }
 

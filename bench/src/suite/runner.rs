@@ -6,7 +6,8 @@ use super::ctx::{gpu_tool, Ctx};
 use super::exec::{run_logged, Ended};
 use super::figures::sanitizer_errors;
 use super::judge::{file_name, judge_sweep, judge_tests};
-use super::parts::{faults_runs, grad_runs, soak_runs, tests_runs, Job, Part, TestRun};
+use super::mps::Mps;
+use super::parts::{faults_runs, grad_runs, jobs_runs, soak_runs, tests_runs, Job, Part, TestRun};
 use super::{Outcome, Status};
 use crate::report::Report;
 use std::path::PathBuf;
@@ -27,7 +28,31 @@ impl Part {
         // Its runs append to one log: start it empty, or a second suite in
         // the same folder would count the first one's tests again.
         let _ = std::fs::remove_file(ctx.log(self.name));
-        let (status, figure, logs) = match &self.job {
+        let (status, figure, logs) = self.run_job(ctx, limit, &self.job);
+        Outcome {
+            part: self.name.to_string(),
+            status,
+            figure,
+            wall_s: 0.0,
+            logs,
+        }
+    }
+
+    fn run_job(&self, ctx: &Ctx, limit: Duration, job: &Job) -> (Status, String, Vec<String>) {
+        match job {
+            Job::Mps(inner) => {
+                let mps = Mps::start(ctx);
+                if !ctx.cpu && mps.is_none() {
+                    let _ = std::fs::write(
+                        ctx.log(self.name),
+                        "# no MPS (nvidia-cuda-mps-control missing or not started): the \
+                         processes share the GPU by time slices\n",
+                    );
+                }
+                let env = mps.as_ref().map_or(&[][..], |m| m.env());
+                self.run_job(&ctx.with_env(env), limit, inner)
+            }
+            Job::Jobs => self.tests(ctx, limit, jobs_runs(ctx.cpu)),
             Job::Tests => self.tests(ctx, limit, tests_runs(ctx.cpu)),
             Job::Faults => self.tests(ctx, limit, faults_runs(ctx.cpu)),
             Job::Grad => self.tests(ctx, limit, grad_runs(ctx.cpu)),
@@ -53,13 +78,6 @@ impl Part {
             Job::Sweep { common, gpu, cpu } => {
                 self.sweep(ctx, limit, common, if ctx.cpu { cpu } else { gpu })
             }
-        };
-        Outcome {
-            part: self.name.to_string(),
-            status,
-            figure,
-            wall_s: 0.0,
-            logs,
         }
     }
 
@@ -74,7 +92,7 @@ impl Part {
         let mut ended = Vec::new();
         for r in runs {
             let mut c = Command::new(ctx.test_bin(r.bin));
-            c.args(r.args);
+            c.args(r.args).envs(ctx.env.iter().map(|(k, v)| (k, v)));
             // A cold run's cache is a folder of the suite's, empty at start.
             let mut caches = Vec::new();
             for (k, v) in &r.env {
@@ -127,7 +145,8 @@ impl Part {
     fn bench_command(&self, ctx: &Ctx, common: &str, sizes: &str) -> (Command, PathBuf) {
         let json = ctx.out.join(format!("{}.json", self.name));
         let mut c = Command::new(ctx.bin_dir.join("ringreduce-bench"));
-        c.args(common.split_whitespace())
+        c.envs(ctx.env.iter().map(|(k, v)| (k, v)))
+            .args(common.split_whitespace())
             .args(sizes.split_whitespace())
             .arg("-J")
             .arg(&json);
