@@ -34,7 +34,7 @@ fn gpu_job(first: usize, world: usize, extra: &[(&str, String)]) -> Vec<Rank> {
 }
 
 fn gpu_job_matrix(dev: usize) {
-    for (k, algo) in [(2, "auto"), (4, "auto"), (3, "ring")] {
+    for (k, algo) in [(2, "auto"), (4, "auto"), (3, "ring"), (8, "auto")] {
         let extra = [
             ("RINGREDUCE_TEST_JOB", "matrix".to_string()),
             ("RINGREDUCE_TEST_ALGO", algo.to_string()),
@@ -92,6 +92,25 @@ fn gpu_job_killed_mid_collective(dev: usize) {
     let _ = ranks[2].child.wait();
     let answer = Duration::from_millis(LONG_TIMEOUT_MS + 10_000);
     assert_survivors_fail(ranks, 2, "PeerLost", killed, Duration::from_secs(3), answer);
+}
+
+/// One of four processes killed in the middle of 256 MiB all-reduces:
+/// the others fail naming it, and the GPU then runs a new job.
+fn gpu_job_killed_mid_256m(dev: usize) {
+    let mut extra = fault_vars("loop");
+    extra.push(("RINGREDUCE_TEST_ELEMS", (64 << 20).to_string()));
+    let mut ranks = gpu_job(dev, 4, &extra);
+    for r in &ranks {
+        r.expect("looping", Duration::from_secs(120));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let killed = Instant::now();
+    ranks[1].child.kill().expect("kill -9");
+    let _ = ranks[1].child.wait();
+    let answer = Duration::from_millis(LONG_TIMEOUT_MS + 10_000);
+    assert_survivors_fail(ranks, 1, "PeerLost", killed, Duration::from_secs(3), answer);
+    let extra = [("RINGREDUCE_TEST_JOB", "matrix".to_string())];
+    assert_matrix_passes(gpu_job(dev, 2, &extra), "the next job");
 }
 
 fn gpu_job_abort(dev: usize) {

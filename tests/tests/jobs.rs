@@ -131,6 +131,25 @@ fn a_rank_killed_mid_collective_fails_every_survivor_naming_it() {
 }
 
 #[test]
+fn a_rank_killed_while_data_moves_fails_the_others_and_a_new_job_runs() {
+    let mut extra = fault_vars("loop".into());
+    extra.push(("RINGREDUCE_TEST_ELEMS", (1 << 18).to_string()));
+    let mut ranks = job(4, &extra, |_| vec![]);
+    for r in &ranks {
+        r.expect("looping", Duration::from_secs(10));
+    }
+    // Every rank is in its all-reduces, data in flight, when one dies.
+    std::thread::sleep(Duration::from_millis(500));
+    let killed = Instant::now();
+    ranks[2].child.kill().expect("kill -9");
+    let _ = ranks[2].child.wait();
+    assert_survivors_fail(ranks, 2, "PeerLost", killed, Duration::from_secs(2), ANSWER);
+    // The host is usable afterwards: a new job runs its collectives.
+    let extra = [("RINGREDUCE_TEST_JOB", "matrix".to_string())];
+    assert_matrix_passes(job(2, &extra, |_| vec![]), "the next job");
+}
+
+#[test]
 fn a_rank_killed_between_collectives_fails_the_next_call() {
     let go = std::env::temp_dir().join(format!("ringreduce-go-{}", std::process::id()));
     let _ = std::fs::remove_file(&go);

@@ -11,6 +11,8 @@
 //! - `matrix`: every collective over a sample of types, ops, counts and
 //!   placements, each checked bit for bit (guards included) against the
 //!   reference; prints `ok <cases> <wrong>`.
+//! - `loop`: all-reduces of `RINGREDUCE_TEST_ELEMS` f32 (default 2^20)
+//!   one after another until one fails, printing `looping` first.
 //! - `stall:<r>`: rank `r` joins and then waits forever (to be killed);
 //!   the others run an all-reduce and print how it ended.
 //! - `between:<r>`: every rank runs one all-reduce; then rank `r` waits
@@ -218,6 +220,15 @@ where
                 wrong += o.wrong;
             }
             Ok(format!("ok {n} {wrong}"))
+        }
+        "loop" => {
+            // All-reduces of RINGREDUCE_TEST_ELEMS f32 until one fails
+            // (a peer is killed in the middle of one).
+            let n = ms("RINGREDUCE_TEST_ELEMS").unwrap_or(1 << 20) as usize;
+            say("looping");
+            loop {
+                all_reduce(comm, n)?;
+            }
         }
         "stall" => {
             if Some(me) == who {
