@@ -147,6 +147,7 @@ fn main() -> std::process::ExitCode {
             "gpu_job_killed_mid_collective",
             gpu_job_killed_mid_collective,
         ),
+        ("gpu_job_killed_mid_256m", gpu_job_killed_mid_256m),
         ("gpu_job_abort", gpu_job_abort),
     ])
 }
