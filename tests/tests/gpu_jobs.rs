@@ -43,6 +43,12 @@ fn gpu_job_matrix(dev: usize) {
         assert_matrix_passes(gpu_job(dev, k, &extra), &format!("k = {k}, {algo}"));
         println!("{k} processes, {algo}: {:.1} s", t.elapsed().as_secs_f64());
     }
+    let extra = [
+        ("RINGREDUCE_TEST_JOB", "matrix".to_string()),
+        ("RINGREDUCE_TEST_ALGO", "ring".to_string()),
+        ("RINGREDUCE_TEST_RING", "2,0,3,1".to_string()),
+    ];
+    assert_matrix_passes(gpu_job(dev, 4, &extra), "k = 4, ring 2,0,3,1");
 }
 
 fn gpu_job_grad(dev: usize) {

@@ -47,6 +47,14 @@ fn collectives_across_processes_match_the_reference() {
         ];
         assert_matrix_passes(job(k, &extra, |_| vec![]), &format!("k = {k}, {algo}"));
     }
+    // A ring that is not the ranks' order: each process wires its
+    // neighbours by the ring, and folds as one process would.
+    let extra = [
+        ("RINGREDUCE_TEST_JOB", "matrix".to_string()),
+        ("RINGREDUCE_TEST_ALGO", "ring".to_string()),
+        ("RINGREDUCE_TEST_RING", "2,0,3,1".to_string()),
+    ];
+    assert_matrix_passes(job(4, &extra, |_| vec![]), "k = 4, ring 2,0,3,1");
 }
 
 #[test]

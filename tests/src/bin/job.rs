@@ -26,7 +26,8 @@
 //! <error as {:?}> <ms>` for an error, with the milliseconds its last step
 //! took. `RINGREDUCE_TEST_TIMEOUT_MS` sets the timeout,
 //! `RINGREDUCE_TEST_BUFFER` the staging bytes, `RINGREDUCE_TEST_ALGO` the
-//! algorithm, `RINGREDUCE_TEST_CHANNELS` the channels and
+//! algorithm, `RINGREDUCE_TEST_RING` the ring order (comma separated),
+//! `RINGREDUCE_TEST_CHANNELS` the channels and
 //! `RINGREDUCE_TEST_DEVICE` the GPU (else the local rank's).
 
 use ringreduce::grad::GradBackend;
@@ -61,6 +62,10 @@ fn config() -> CommConfig {
     }
     if let Some(a) = var("RINGREDUCE_TEST_ALGO") {
         c = c.algorithm(Algo::parse(&a).expect("an algorithm"));
+    }
+    if let Some(r) = var("RINGREDUCE_TEST_RING") {
+        let order = r.split(',').map(|x| x.parse::<u32>().expect("a rank"));
+        c = c.ring_order(order.collect());
     }
     if let Some(n) = ms("RINGREDUCE_TEST_CHANNELS") {
         c = c.channels(n as u32);
