@@ -155,3 +155,49 @@ fn another_job_or_a_stranger_on_the_port_is_refused_and_the_job_goes_on() {
         assert_eq!(member.ranks, root.ranks);
     });
 }
+
+/// After the rendezvous, `exchange` gives every rank every rank's bytes
+/// (a barrier); a rank that leaves instead fails it on every other rank,
+/// named, well before the timeout.
+#[test]
+fn the_exchange_gathers_or_names_the_rank_that_left() {
+    let id = UniqueId::new().unwrap();
+    let world = 4;
+    let ranks: Vec<(u32, usize)> = (0..world as u32).map(|r| (r, world)).collect();
+    let met: Vec<Rendezvous> = meet(id, &ranks, Duration::from_secs(10))
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    let wait = Duration::from_secs(10);
+    let got: Vec<_> = std::thread::scope(|s| {
+        let hs: Vec<_> = met
+            .into_iter()
+            .map(|mut m| s.spawn(move || (m.exchange(&[m.rank as u8; 3], wait), m)))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let want: Vec<Vec<u8>> = (0..world as u8).map(|r| vec![r; 3]).collect();
+    let mut again = Vec::new();
+    for (parts, m) in got {
+        assert_eq!(parts.unwrap(), want, "rank {}", m.rank);
+        again.push(m);
+    }
+    // Rank 2 leaves: the others' next exchange fails naming it.
+    let t0 = Instant::now();
+    let leaver = again.remove(2);
+    let got: Vec<_> = std::thread::scope(|s| {
+        let hs: Vec<_> = again
+            .into_iter()
+            .map(|mut m| s.spawn(move || (m.rank, m.exchange(b"x", wait))))
+            .collect();
+        drop(leaver);
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (r, e) in got {
+        assert!(
+            matches!(e, Err(Error::PeerLost { rank: 2 })),
+            "rank {r}: {e:?}"
+        );
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}
