@@ -150,9 +150,30 @@ pub fn assert_matrix_passes(ranks: Vec<Rank>, what: &str) {
     }
 }
 
-/// The survivors' errors: each names `dead` as `variant` within `within`
-/// of `since`; every survivor then leaves (its drop does not hang). `wait`
-/// bounds the wait for each error.
+/// Waits (at most `wait` each) until every rank has said a line that
+/// starts with `ready`, lets them run on for `settle`, then kills rank
+/// `victim` with SIGKILL; returns when it did.
+pub fn kill_when_ready(
+    ranks: &mut [Rank],
+    victim: usize,
+    ready: &str,
+    wait: Duration,
+    settle: Duration,
+) -> Instant {
+    for r in ranks.iter() {
+        r.expect(ready, wait);
+    }
+    std::thread::sleep(settle);
+    let killed = Instant::now();
+    ranks[victim].child.kill().expect("kill -9");
+    let _ = ranks[victim].child.wait();
+    killed
+}
+
+/// The survivors' errors: each names `dead` (a rank killed, or one that
+/// aborted) as `variant` within `within` of `since`; every survivor then
+/// leaves (its drop does not hang). `wait` bounds the wait for each error.
+/// Returns rank `dead`, unchecked.
 pub fn assert_survivors_fail(
     ranks: Vec<Rank>,
     dead: usize,
@@ -160,10 +181,12 @@ pub fn assert_survivors_fail(
     since: Instant,
     within: Duration,
     wait: Duration,
-) {
+) -> Option<Rank> {
     let want = format!("error {variant} {{ rank: {dead} }}");
+    let mut skipped = None;
     for (r, rank) in ranks.into_iter().enumerate() {
         if r == dead {
+            skipped = Some(rank);
             continue;
         }
         let (at, line) = rank.expect("error", wait);
@@ -174,4 +197,5 @@ pub fn assert_survivors_fail(
         assert_eq!(code, 2, "rank {r}: {lines:?}");
         assert!(lines.iter().any(|l| l == "left"), "rank {r}: {lines:?}");
     }
+    skipped
 }

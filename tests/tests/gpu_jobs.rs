@@ -11,7 +11,9 @@
 //! makes them slow, not wrong. Without a GPU the harness reports them as
 //! ignored.
 
-use ringreduce_tests::procs::{assert_matrix_passes, assert_survivors_fail, job_bin, Rank};
+use ringreduce_tests::procs::{
+    assert_matrix_passes, assert_survivors_fail, job_bin, kill_when_ready, Rank,
+};
 use ringreduce_tests::run_gpu_tests;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -89,13 +91,8 @@ fn fault_vars(job: &str) -> Vec<(&'static str, String)> {
 
 fn gpu_job_killed_mid_collective(dev: usize) {
     let mut ranks = gpu_job(dev, 3, &fault_vars("stall:2"));
-    for r in &ranks {
-        r.expect("joined", Duration::from_secs(120));
-    }
-    std::thread::sleep(Duration::from_millis(500));
-    let killed = Instant::now();
-    ranks[2].child.kill().expect("kill -9");
-    let _ = ranks[2].child.wait();
+    let (ready, settle) = (Duration::from_secs(120), Duration::from_millis(500));
+    let killed = kill_when_ready(&mut ranks, 2, "joined", ready, settle);
     let answer = Duration::from_millis(LONG_TIMEOUT_MS + 10_000);
     assert_survivors_fail(ranks, 2, "PeerLost", killed, Duration::from_secs(3), answer);
 }
@@ -106,13 +103,8 @@ fn gpu_job_killed_mid_256m(dev: usize) {
     let mut extra = fault_vars("loop");
     extra.push(("RINGREDUCE_TEST_ELEMS", (64 << 20).to_string()));
     let mut ranks = gpu_job(dev, 4, &extra);
-    for r in &ranks {
-        r.expect("looping", Duration::from_secs(120));
-    }
-    std::thread::sleep(Duration::from_millis(1500));
-    let killed = Instant::now();
-    ranks[1].child.kill().expect("kill -9");
-    let _ = ranks[1].child.wait();
+    let (ready, settle) = (Duration::from_secs(120), Duration::from_millis(1500));
+    let killed = kill_when_ready(&mut ranks, 1, "looping", ready, settle);
     let answer = Duration::from_millis(LONG_TIMEOUT_MS + 10_000);
     assert_survivors_fail(ranks, 1, "PeerLost", killed, Duration::from_secs(3), answer);
     let extra = [("RINGREDUCE_TEST_JOB", "matrix".to_string())];
@@ -126,20 +118,9 @@ fn gpu_job_abort(dev: usize) {
     let (joined, _) = ranks[0].expect("joined", Duration::from_secs(120));
     let since = joined + Duration::from_millis(1000);
     let answer = Duration::from_millis(LONG_TIMEOUT_MS + 10_000);
-    let mut ranks = ranks;
-    let aborter = ranks.remove(0);
-    for (r, rank) in [1, 2].into_iter().zip(ranks) {
-        let (at, line) = rank.expect("error", answer);
-        assert!(
-            line.starts_with("error PeerAborted { rank: 0 }"),
-            "rank {r}: {line}"
-        );
-        let took = at.saturating_duration_since(since);
-        assert!(took < Duration::from_secs(3), "rank {r}: {took:?}");
-        let (code, lines) = rank.finish();
-        assert_eq!(code, 2, "rank {r}: {lines:?}");
-        assert!(lines.iter().any(|l| l == "left"), "rank {r}: {lines:?}");
-    }
+    let within = Duration::from_secs(3);
+    let aborter =
+        assert_survivors_fail(ranks, 0, "PeerAborted", since, within, answer).expect("rank 0");
     let (code, lines) = aborter.finish();
     assert_eq!(code, 0, "{lines:?}");
 }

@@ -7,7 +7,7 @@
 //! different settings fail alike.
 
 use ringreduce_tests::procs::{
-    assert_matrix_passes, assert_survivors_fail, free_port, job_bin, Rank,
+    assert_matrix_passes, assert_survivors_fail, free_port, job_bin, kill_when_ready, Rank,
 };
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -107,15 +107,10 @@ fn a_rank_killed_mid_collective_fails_every_survivor_naming_it() {
     // A member, then rank 0, whose process is the watch's hub.
     for dead in [2usize, 0] {
         let mut ranks = job(3, &fault_vars(format!("stall:{dead}")), |_| vec![]);
-        for r in &ranks {
-            r.expect("joined", Duration::from_secs(10));
-        }
-        // The others are in their all-reduce, waiting for the dead rank.
-        std::thread::sleep(Duration::from_millis(300));
-        let killed = Instant::now();
         let pid = ranks[dead].child.id();
-        ranks[dead].child.kill().expect("kill -9");
-        let _ = ranks[dead].child.wait();
+        // The others are in their all-reduce, waiting for the dead rank.
+        let (ready, settle) = (Duration::from_secs(10), Duration::from_millis(300));
+        let killed = kill_when_ready(&mut ranks, dead, "joined", ready, settle);
         assert_survivors_fail(
             ranks,
             dead,
@@ -143,14 +138,9 @@ fn a_rank_killed_while_data_moves_fails_the_others_and_a_new_job_runs() {
     let mut extra = fault_vars("loop".into());
     extra.push(("RINGREDUCE_TEST_ELEMS", (1 << 18).to_string()));
     let mut ranks = job(4, &extra, |_| vec![]);
-    for r in &ranks {
-        r.expect("looping", Duration::from_secs(10));
-    }
     // Every rank is in its all-reduces, data in flight, when one dies.
-    std::thread::sleep(Duration::from_millis(500));
-    let killed = Instant::now();
-    ranks[2].child.kill().expect("kill -9");
-    let _ = ranks[2].child.wait();
+    let (ready, settle) = (Duration::from_secs(10), Duration::from_millis(500));
+    let killed = kill_when_ready(&mut ranks, 2, "looping", ready, settle);
     assert_survivors_fail(ranks, 2, "PeerLost", killed, Duration::from_secs(2), ANSWER);
     // The host is usable afterwards: a new job runs its collectives.
     let extra = [("RINGREDUCE_TEST_JOB", "matrix".to_string())];
@@ -164,11 +154,13 @@ fn a_rank_killed_between_collectives_fails_the_next_call() {
     let mut extra = fault_vars("between:1".into());
     extra.push(("RINGREDUCE_TEST_GO", go.display().to_string()));
     let mut ranks = job(3, &extra, |_| vec![]);
-    for r in &ranks {
-        r.expect("first ok", Duration::from_secs(20));
-    }
-    ranks[1].child.kill().expect("kill -9");
-    let _ = ranks[1].child.wait();
+    kill_when_ready(
+        &mut ranks,
+        1,
+        "first ok",
+        Duration::from_secs(20),
+        Duration::ZERO,
+    );
     // The watch hears within a poll; the next call then fails at once.
     std::thread::sleep(Duration::from_millis(500));
     let go_at = Instant::now();
@@ -181,23 +173,14 @@ fn a_rank_killed_between_collectives_fails_the_next_call() {
 fn an_abort_on_one_rank_ends_every_ranks_collective() {
     let mut extra = fault_vars("abort:1".into());
     extra.push(("RINGREDUCE_TEST_ABORT_MS", "400".into()));
-    let mut ranks = job(3, &extra, |_| vec![]);
+    let ranks = job(3, &extra, |_| vec![]);
     let (joined, _) = ranks[1].expect("joined", Duration::from_secs(10));
     // The abort comes 400 ms after rank 1 joined; the others hear within
     // a poll or two.
     let since = joined + Duration::from_millis(400);
-    let aborter = ranks.remove(1);
-    for (r, rank) in [0, 2].into_iter().zip(ranks) {
-        let (at, line) = rank.expect("error", ANSWER);
-        assert!(
-            line.starts_with("error PeerAborted { rank: 1 }"),
-            "rank {r}: {line}"
-        );
-        let took = at.saturating_duration_since(since);
-        assert!(took < Duration::from_secs(2), "rank {r}: {took:?}");
-        let (code, lines) = rank.finish();
-        assert_eq!(code, 2, "rank {r}: {lines:?}");
-    }
+    let within = Duration::from_secs(2);
+    let aborter =
+        assert_survivors_fail(ranks, 1, "PeerAborted", since, within, ANSWER).expect("rank 1");
     let (code, lines) = aborter.finish();
     assert_eq!(code, 0, "{lines:?}");
     assert!(lines.iter().any(|l| l == "aborted"), "{lines:?}");

@@ -4,18 +4,13 @@
 //! every other rank fail within the timeout, naming it; a bad variable is
 //! an error that names it.
 
+use ringreduce_tests::procs::{self, free_port};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const RANK_BIN: &str = env!("CARGO_BIN_EXE_rank");
 
-/// A port nothing listens at now.
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
-fn spawn(vars: &[(&str, String)]) -> Child {
+fn spawn<K: AsRef<std::ffi::OsStr>>(vars: &[(K, String)]) -> Child {
     let mut c = Command::new(RANK_BIN);
     c.env_clear()
         .env("RINGREDUCE_TIMEOUT_SECS", "2")
@@ -39,15 +34,9 @@ fn finish(children: Vec<Child>) -> Vec<(i32, String)> {
         .collect()
 }
 
-fn torchrun(rank: usize, world: usize, port: u16) -> Vec<(&'static str, String)> {
-    vec![
-        ("RANK", rank.to_string()),
-        ("WORLD_SIZE", world.to_string()),
-        ("LOCAL_RANK", rank.to_string()),
-        ("LOCAL_WORLD_SIZE", world.to_string()),
-        ("MASTER_ADDR", "127.0.0.1".into()),
-        ("MASTER_PORT", port.to_string()),
-    ]
+/// torchrun's variables for rank `rank` of `world`, rank 0 at `port`.
+fn torchrun(rank: usize, world: usize, port: u16) -> Vec<(String, String)> {
+    procs::torchrun(rank, world, port, &[])
 }
 
 #[test]
@@ -89,9 +78,12 @@ fn a_rank_killed_before_it_arrives_fails_the_others_naming_it() {
     let (world, port) = (3, free_port());
     let t0 = Instant::now();
     let mut stalled = {
-        let mut v = torchrun(2, world, port);
-        v.push(("RINGREDUCE_TEST_STALL", "1".into()));
-        spawn(&v)
+        spawn(&procs::torchrun(
+            2,
+            world,
+            port,
+            &[("RINGREDUCE_TEST_STALL", "1".into())],
+        ))
     };
     let others: Vec<Child> = (0..2).map(|r| spawn(&torchrun(r, world, port))).collect();
     std::thread::sleep(Duration::from_millis(300));
@@ -134,14 +126,13 @@ fn watching(
     let port = free_port();
     (0..world)
         .map(|r| {
-            let mut v = torchrun(r, world, port);
-            v.push(("RINGREDUCE_TEST_WATCH", watch_ms.to_string()));
+            let mut v = vec![("RINGREDUCE_TEST_WATCH", watch_ms.to_string())];
             for &(who, k, val) in extra {
                 if who == r {
                     v.push((k, val.to_string()));
                 }
             }
-            spawn(&v)
+            spawn(&procs::torchrun(r, world, port, &v))
         })
         .collect()
 }
