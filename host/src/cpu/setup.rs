@@ -9,14 +9,13 @@ use crate::error::{Error, Result};
 use crate::job::{Offer, Table};
 use crate::layout::{direct_peers, wiring, RankLayout};
 use crate::memo::PlanMemo;
-use crate::planner::connect;
+use crate::planner::{connect, staging_bytes};
 use crate::ring::RingOrder;
 use crate::shm::{segment_name, sweep_stale, Segment};
 use crate::state::CommState;
 use ringreduce_kernels::abi::{DirectPeer, RankConn, CPU_THREADS};
 use ringreduce_kernels::cpu::Trap;
-use ringreduce_kernels::plan::DEFAULT_BUFFER_BYTES;
-use ringreduce_kernels::{DataType, StatusRecord};
+use ringreduce_kernels::StatusRecord;
 use std::cell::UnsafeCell;
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
@@ -69,13 +68,6 @@ pub(super) struct Inner {
     pub trap: Trap,
 }
 
-/// The staging per channel `config` asks for, checked to hold a slice.
-fn staging_of(config: &CommConfig) -> Result<u64> {
-    let staging = config.buffer_bytes.unwrap_or(DEFAULT_BUFFER_BYTES);
-    crate::planner::sizing(DataType::U8, staging, CPU_THREADS, true)?;
-    Ok(staging)
-}
-
 /// A new rank of `ring`, in `area` laid out by `layout`.
 fn rank(ring: &RingOrder, area: Segment, layout: RankLayout) -> CpuRank {
     CpuRank {
@@ -93,7 +85,7 @@ pub(super) fn local(k: usize, config: CommConfig) -> Result<Inner> {
     }
     let ring = RingOrder::for_ranks(config.ring_order.as_deref(), k)?;
     // Fail early on a staging buffer that cannot hold even one slice.
-    let staging = staging_of(&config)?;
+    let staging = staging_bytes(config.buffer_bytes, CPU_THREADS)?;
     let channels = cpu_channels(config.channels)?;
     let half = config.effective_direct_bytes();
     let layout = RankLayout::new(channels, staging, half);
@@ -124,7 +116,7 @@ pub struct Joining {
 
 /// Rank `rank` of job `job`: its area, shared, and its offer.
 pub(super) fn prepare(rank: usize, config: &CommConfig, job: u64) -> Result<(Joining, Offer)> {
-    let staging = staging_of(config)?;
+    let staging = staging_bytes(config.buffer_bytes, CPU_THREADS)?;
     let channels = cpu_channels(config.channels)?;
     let half = config.effective_direct_bytes();
     let layout = RankLayout::new(channels, staging, half);

@@ -18,14 +18,13 @@ use crate::error::Result;
 use crate::job::{Offer, Table};
 use crate::layout::{wiring, RankLayout};
 use crate::memo::PlanMemo;
-use crate::planner::connect;
+use crate::planner::{connect, staging_bytes};
 use crate::ring::RingOrder;
 use crate::state::CommState;
 use cudarc::driver::CudaContext;
 use ringreduce_kernels::abi::{BLOCK_THREADS, GPU_THREADS};
 use ringreduce_kernels::catalogue::Args;
-use ringreduce_kernels::plan::DEFAULT_BUFFER_BYTES;
-use ringreduce_kernels::{DataType, StatusRecord};
+use ringreduce_kernels::StatusRecord;
 use std::sync::{Arc, Mutex};
 
 /// The backend's name in a job's offers.
@@ -76,8 +75,7 @@ pub fn prepare(
     config: &CommConfig,
     _job: u64,
 ) -> Result<(Joining, Offer, [u8; 16])> {
-    let staging = config.buffer_bytes.unwrap_or(DEFAULT_BUFFER_BYTES);
-    crate::planner::sizing(DataType::U8, staging, GPU_THREADS, true)?;
+    let staging = staging_bytes(config.buffer_bytes, GPU_THREADS)?;
     let ctx = open_device(device)?;
     let kernels = Kernels::of(&ctx)?;
     let blocks = resident_by_bounds(&ctx, Args::Batch)?;

@@ -10,5 +10,5 @@ mod wiring;
 
 pub use plan::{call_channels, plan, CallOpts, Plan};
 pub(crate) use validate::addresses;
-pub use validate::{sizing, validate, validate_part, BufferSpan, Part};
+pub use validate::{sizing, staging_bytes, validate, validate_part, BufferSpan, Part};
 pub use wiring::{connect, ChannelWiring, RankWiring, Static};

@@ -3,7 +3,9 @@
 //! overlaps, and staging that holds one slice.
 
 use crate::error::{Error, Result};
-use ringreduce_kernels::plan::{common_residue, Geometry, PlanError, Sizing, PACK_BYTES};
+use ringreduce_kernels::plan::{
+    common_residue, Geometry, PlanError, Sizing, DEFAULT_BUFFER_BYTES, PACK_BYTES,
+};
 use ringreduce_kernels::types::Collective;
 use ringreduce_kernels::DataType;
 
@@ -224,6 +226,15 @@ pub fn sizing(dtype: DataType, buffer_bytes: u64, threads: u64, padded: bool) ->
             size: dtype.size(),
         },
     })
+}
+
+/// The staging per channel `requested` (else the library's default),
+/// checked to hold one slice of `threads` lanes, so that a communicator
+/// too small for any call is refused when it is made.
+pub fn staging_bytes(requested: Option<u64>, threads: u64) -> Result<u64> {
+    let staging = requested.unwrap_or(DEFAULT_BUFFER_BYTES);
+    sizing(DataType::U8, staging, threads, true)?;
+    Ok(staging)
 }
 
 /// What a call's addresses decide besides the pointers themselves:
