@@ -26,6 +26,7 @@ const _: () = assert!(core::mem::size_of::<SliceWork>() == 8 * SLICE_WORDS);
 
 impl SliceWork {
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     pub fn to_words(self) -> [u64; SLICE_WORDS] {
         [
             self.prim,
@@ -38,6 +39,7 @@ impl SliceWork {
     }
 
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     pub fn from_words([prim, incoming, own, next, out, len]: [u64; SLICE_WORDS]) -> Self {
         SliceWork {
             prim,

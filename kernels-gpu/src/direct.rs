@@ -59,6 +59,7 @@ impl Call<'_> {
     /// the input's own residue, so staged and user data stay congruent
     /// modulo a pack.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     unsafe fn staged<T>(&self, u: u64, i: u64) -> *mut T {
         let g = &self.w.geometry;
         let residue = match (self.aligned, self.collective) {
@@ -75,6 +76,7 @@ impl Call<'_> {
     /// Where element `i` of user `u`'s reduced block sits in `u`'s result
     /// region (two-shot all-reduce).
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     unsafe fn result<T>(&self, u: u64, i: u64) -> *mut T {
         let g = &self.w.geometry;
         let residue = if self.aligned {
@@ -90,6 +92,7 @@ impl Call<'_> {
     /// copies, so that the out-of-line wait that takes it does not force
     /// this call's state into local memory.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     fn ready_words(&self) -> impl Fn(u64) -> u64 + Copy {
         let (peers, channel) = (self.peers, self.channel);
         // SAFETY: `peers` holds `k` entries (the planner's contract).
@@ -98,6 +101,7 @@ impl Call<'_> {
 
     /// The first block and the count of `blocks`.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     fn blocks(&self, blocks: Blocks) -> (u64, u64) {
         match blocks {
             Blocks::Own => (self.me, 1),
@@ -107,6 +111,7 @@ impl Call<'_> {
 
     /// This channel's share of block `b`: (offset in the block, length).
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     fn part(&self, b: u64) -> (u64, u64) {
         let g = &self.w.geometry;
         g.channel_part(self.channel, g.block_len(b))
@@ -121,6 +126,7 @@ impl Call<'_> {
 /// `w` must come from the host planner: valid pointers, a staging half that
 /// holds the call, and peers running the same collective.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     d: &D,
     w: &Work,
@@ -212,6 +218,7 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
 /// Copies this channel's share of `blocks` of the own input into the own
 /// staging (an all-gather's input is its own block alone).
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 unsafe fn stage<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     d: &D,
     c: &Call,
@@ -237,6 +244,7 @@ unsafe fn stage<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
 /// user-rank order; with `keep`, the own block also into the own result
 /// region (the two-shot all-reduce's first shot).
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 unsafe fn reduce_staged<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     d: &D,
     c: &Call,
@@ -276,6 +284,7 @@ enum From {
 /// Every peer's block, from where `from` says, into its block of the
 /// output.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 unsafe fn gather<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     d: &D,
     c: &Call,
@@ -308,6 +317,7 @@ unsafe fn gather<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
 /// set), this rank never raises its ready word, as a rank whose signals
 /// are lost would.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 fn drop_ready(w: &Work, phase: u64) -> bool {
     #[cfg(feature = "fault-injection")]
     {

@@ -22,12 +22,14 @@ pub struct Pack<T, const N: usize>(pub [T; N]);
 
 impl<T, const N: usize> AsRef<[T]> for Pack<T, N> {
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     fn as_ref(&self) -> &[T] {
         &self.0
     }
 }
 impl<T, const N: usize> AsMut<[T]> for Pack<T, N> {
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     fn as_mut(&mut self) -> &mut [T] {
         &mut self.0
     }
@@ -53,14 +55,17 @@ macro_rules! int_element {
             const DTYPE: DataType = DataType::$dt;
             type Pack = Pack<$t, $lanes>;
             #[cfg_attr(target_arch = "nvptx64", inline(always))]
+            #[cfg_attr(not(target_arch = "nvptx64"), inline)]
             fn red_sum(self, o: Self) -> Self {
                 self.wrapping_add(o)
             }
             #[cfg_attr(target_arch = "nvptx64", inline(always))]
+            #[cfg_attr(not(target_arch = "nvptx64"), inline)]
             fn red_prod(self, o: Self) -> Self {
                 self.wrapping_mul(o)
             }
             #[cfg_attr(target_arch = "nvptx64", inline(always))]
+            #[cfg_attr(not(target_arch = "nvptx64"), inline)]
             fn red_max(self, o: Self) -> Self {
                 if o > self {
                     o
@@ -69,6 +74,7 @@ macro_rules! int_element {
                 }
             }
             #[cfg_attr(target_arch = "nvptx64", inline(always))]
+            #[cfg_attr(not(target_arch = "nvptx64"), inline)]
             fn red_min(self, o: Self) -> Self {
                 if o < self {
                     o
@@ -77,6 +83,7 @@ macro_rules! int_element {
                 }
             }
             #[cfg_attr(target_arch = "nvptx64", inline(always))]
+            #[cfg_attr(not(target_arch = "nvptx64"), inline)]
             fn div_ranks(self, k: u32) -> Self {
                 // k >= 1 always; `max(1)` keeps the division total.
                 ((self as $wide) / (Ord::max(k, 1) as $wide)) as $t
@@ -99,6 +106,7 @@ int_element!(u64, U64, 2, u64);
 /// NaN-ignoring max with `-0 < +0`, written once for every float type so
 /// that host and GPU agree to the bit.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 fn float_max<F: Copy + PartialOrd>(a: F, b: F, a_nan: bool, b_nan: bool, a_neg: bool) -> F {
     if a_nan {
         b
@@ -112,6 +120,7 @@ fn float_max<F: Copy + PartialOrd>(a: F, b: F, a_nan: bool, b_nan: bool, a_neg: 
 }
 
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 fn float_min<F: Copy + PartialOrd>(a: F, b: F, a_nan: bool, b_nan: bool, a_neg: bool) -> F {
     if a_nan {
         b
@@ -130,22 +139,27 @@ macro_rules! float_element {
             const DTYPE: DataType = DataType::$dt;
             type Pack = Pack<$t, $lanes>;
             #[cfg_attr(target_arch = "nvptx64", inline(always))]
+            #[cfg_attr(not(target_arch = "nvptx64"), inline)]
             fn red_sum(self, o: Self) -> Self {
                 self + o
             }
             #[cfg_attr(target_arch = "nvptx64", inline(always))]
+            #[cfg_attr(not(target_arch = "nvptx64"), inline)]
             fn red_prod(self, o: Self) -> Self {
                 self * o
             }
             #[cfg_attr(target_arch = "nvptx64", inline(always))]
+            #[cfg_attr(not(target_arch = "nvptx64"), inline)]
             fn red_max(self, o: Self) -> Self {
                 float_max(self, o, self.is_nan(), o.is_nan(), self.is_sign_negative())
             }
             #[cfg_attr(target_arch = "nvptx64", inline(always))]
+            #[cfg_attr(not(target_arch = "nvptx64"), inline)]
             fn red_min(self, o: Self) -> Self {
                 float_min(self, o, self.is_nan(), o.is_nan(), self.is_sign_negative())
             }
             #[cfg_attr(target_arch = "nvptx64", inline(always))]
+            #[cfg_attr(not(target_arch = "nvptx64"), inline)]
             fn div_ranks(self, k: u32) -> Self {
                 self / (Ord::max(k, 1) as $t)
             }
@@ -158,6 +172,7 @@ float_element!(f64, F64, 2);
 
 /// Rounds an `f32` to `bf16` bits, to nearest even; NaNs stay NaN (quiet).
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 pub fn f32_to_bf16_bits(x: f32) -> u16 {
     let b = x.to_bits();
     if x.is_nan() {
@@ -168,6 +183,7 @@ pub fn f32_to_bf16_bits(x: f32) -> u16 {
 }
 
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 pub fn bf16_bits_to_f32(b: u16) -> f32 {
     f32::from_bits((b as u32) << 16)
 }
@@ -178,14 +194,17 @@ macro_rules! half_element {
             const DTYPE: DataType = DataType::$dt;
             type Pack = Pack<$t, 8>;
             #[cfg_attr(target_arch = "nvptx64", inline(always))]
+            #[cfg_attr(not(target_arch = "nvptx64"), inline)]
             fn red_sum(self, o: Self) -> Self {
                 <$t>::from_bits($from($to(self.to_bits()) + $to(o.to_bits())))
             }
             #[cfg_attr(target_arch = "nvptx64", inline(always))]
+            #[cfg_attr(not(target_arch = "nvptx64"), inline)]
             fn red_prod(self, o: Self) -> Self {
                 <$t>::from_bits($from($to(self.to_bits()) * $to(o.to_bits())))
             }
             #[cfg_attr(target_arch = "nvptx64", inline(always))]
+            #[cfg_attr(not(target_arch = "nvptx64"), inline)]
             fn red_max(self, o: Self) -> Self {
                 let (a, b) = ($to(self.to_bits()), $to(o.to_bits()));
                 if float_max(a, b, a.is_nan(), b.is_nan(), a.is_sign_negative()).to_bits()
@@ -197,6 +216,7 @@ macro_rules! half_element {
                 }
             }
             #[cfg_attr(target_arch = "nvptx64", inline(always))]
+            #[cfg_attr(not(target_arch = "nvptx64"), inline)]
             fn red_min(self, o: Self) -> Self {
                 let (a, b) = ($to(self.to_bits()), $to(o.to_bits()));
                 if float_min(a, b, a.is_nan(), b.is_nan(), a.is_sign_negative()).to_bits()
@@ -208,6 +228,7 @@ macro_rules! half_element {
                 }
             }
             #[cfg_attr(target_arch = "nvptx64", inline(always))]
+            #[cfg_attr(not(target_arch = "nvptx64"), inline)]
             fn div_ranks(self, k: u32) -> Self {
                 <$t>::from_bits($from($to(self.to_bits()) / (Ord::max(k, 1) as f32)))
             }

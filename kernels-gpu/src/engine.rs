@@ -83,6 +83,7 @@ struct SliceAt {
 /// `w` must come from the host planner: valid pointers, a sizing that fits
 /// the staging buffers, and peers running the same collective.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 pub unsafe fn run<
     D: Device + Handoff,
     T: Element,
@@ -135,6 +136,7 @@ pub unsafe fn run<
 impl Channel<'_> {
     /// How many slices [`for_each_slice`] visits.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     fn slices(&self) -> u64 {
         self.chunks.num_chunks * self.sched.steps() * NUM_SUBCHUNKS
     }
@@ -143,6 +145,7 @@ impl Channel<'_> {
 /// Calls `f` for every slice of the call, in order, with its send and
 /// receive numbers.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 fn for_each_slice(ch: &Channel, mut f: impl FnMut(SliceAt)) {
     let (mut sent, mut received) = (ch.base, ch.base);
     for chunk in 0..ch.chunks.num_chunks {
@@ -168,6 +171,7 @@ fn for_each_slice(ch: &Channel, mut f: impl FnMut(SliceAt)) {
 /// releasing it waits for the producers to finish slice `i - 1` and
 /// publishes that. So it runs a slice ahead of the producers.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 unsafe fn control_lane<D: Device + Handoff>(d: &D, ch: &Channel, sz: u64) {
     let ufr = core::slice::from_raw_parts(ch.rank.user_from_ring as *const u32, ch.rank.k as usize);
     let aligned = ch.work.aligned != 0;
@@ -220,6 +224,7 @@ struct Seen {
 /// The control lane's waits before moving a slice: the slot it fills must
 /// be free, and the slot it reads must be full.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 unsafe fn wait_for_slice<D: Device>(d: &D, ch: &Channel, s: SliceAt, seen: &mut Seen) -> bool {
     let ctx = WaitCtx::of(&ch.rank, &ch.chan, ch.index);
     let wait = |flag: u64, kind, want: u64, cached: &mut u64| {
@@ -273,6 +278,7 @@ unsafe fn wait_for_slice<D: Device>(d: &D, ch: &Channel, s: SliceAt, seen: &mut 
 /// moved: the ranks downstream then all time out together instead of one
 /// after another.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 unsafe fn publish<D: Device>(d: &D, ch: &Channel, s: SliceAt) {
     let tail = match s.send {
         Some(j) if !drop_signal(ch.work, s.chunk, s.step) => (ch.chan.next_tail, j + 1),
@@ -290,6 +296,7 @@ unsafe fn publish<D: Device>(d: &D, ch: &Channel, s: SliceAt) {
 /// has given up. Only the loop counter and the lane's constants stay live
 /// across a slice, so the transfer has the registers to itself.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 unsafe fn producer_lane<
     D: Device + Handoff,
     T: Element,
@@ -336,6 +343,7 @@ struct StepAt {
 
 impl StepAt {
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     fn of(ch: &Channel, s: SliceAt, ufr: &[u32], aligned: bool, sz: u64) -> Self {
         let g = &ch.work.geometry;
         let block = block_for_step(ufr, ch.rank.ring_pos, ch.sched.ring_step(s.step));
@@ -355,6 +363,7 @@ impl StepAt {
     /// The work of slice `s` of this step (elements of `sz` bytes); the
     /// next slice starts after it.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     fn next_slice(&mut self, ch: &Channel, s: SliceAt, sz: u64) -> SliceWork {
         let (w, g) = (ch.work, &ch.work.geometry);
         // A select, not an index: a run-time index puts the array in local
@@ -385,6 +394,7 @@ impl StepAt {
 /// would. (A single lost increment of a monotonic counter is healed by the
 /// next one, so only a lasting loss can stall the ring.)
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 fn drop_signal(w: &Work, c: u64, step: u64) -> bool {
     #[cfg(feature = "fault-injection")]
     {

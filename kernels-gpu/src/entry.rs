@@ -19,6 +19,7 @@ use crate::{direct, engine};
 /// # Safety
 /// As for [`engine::run`].
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 pub unsafe fn ring<
     D: Device + Handoff,
     T: Element,
@@ -40,6 +41,7 @@ pub unsafe fn ring<
 /// # Safety
 /// As for [`direct::run`].
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 pub unsafe fn direct<D: Device, T: Element, O: ReduceOp, const THREADS: u64, const SET: u64>(
     d: &D,
     w: &Work,

@@ -29,6 +29,7 @@ pub struct WaitCtx {
 impl WaitCtx {
     /// The context of channel number `channel`, `chan`, of rank `rank`.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     pub fn of(rank: &RankInfo, chan: &ChannelConn, channel: u64) -> Self {
         WaitCtx {
             abort_flag: rank.abort_flag,
@@ -94,6 +95,7 @@ impl Patience {
     /// After a poll that found a counter short: the outcome and the time
     /// waited, once the wait must give up.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     unsafe fn give_up<D: Device>(&mut self, d: &D, args: &WaitCtx) -> Option<(WaitOutcome, u64)> {
         self.polls = self.polls.wrapping_add(1);
         if !self.polls.is_multiple_of(POLLS_PER_CHECK) {
@@ -210,6 +212,7 @@ unsafe fn report<D: Device>(
 /// # Safety
 /// Every nonzero address must be a valid flag.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 pub unsafe fn signal<D: Device, const N: usize>(d: &D, scope: Scope, flags: [(u64, u64); N]) {
     d.fence(scope);
     for (flag, value) in flags {

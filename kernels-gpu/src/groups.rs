@@ -20,6 +20,7 @@ pub struct Groups {
 impl Groups {
     /// Lane `tid` of `threads`, over `count` pieces.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     pub fn of(tid: u64, threads: u64, count: u64) -> Groups {
         if count <= 1 {
             // Every lane in one group, without the divisions below: the

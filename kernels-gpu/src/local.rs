@@ -54,11 +54,13 @@ pub trait Ends {
 /// The argument itself, where indexing costs nothing (the CPU execution).
 impl Ends for LocalArgs {
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     fn send(&self, u: u64) -> u64 {
         self.send[u as usize]
     }
 
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     fn recv(&self, u: u64) -> u64 {
         self.recv[u as usize]
     }
@@ -74,6 +76,7 @@ impl Ends for LocalArgs {
 /// in user-rank order, `ends` must read `a`'s addresses, and the launch
 /// must be ordered as the module says.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64, const SET: u64>(
     d: &D,
     a: &LocalArgs,

@@ -31,10 +31,12 @@ impl Op {
 pub trait ReduceOp: Copy + Send + Sync + 'static {
     const OP: Op;
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     fn apply<T: Element>(a: T, b: T) -> T {
         Self::OP.apply(a, b)
     }
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     fn finish<T: Element>(x: T, k: u32) -> T {
         Self::OP.finish(x, k)
     }

@@ -26,6 +26,7 @@ pub struct Slot<T> {
 impl<T> Slot<T> {
     /// The addresses the control lane released a slice with.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     pub fn of(w: SliceWork) -> Self {
         Slot {
             incoming: w.incoming as *const T,
@@ -56,6 +57,7 @@ macro_rules! primitive {
         /// The slot's pointers that this primitive uses must be valid for
         /// `n` elements.
         #[cfg_attr(target_arch = "nvptx64", inline(always))]
+        #[cfg_attr(not(target_arch = "nvptx64"), inline)]
         pub unsafe fn $name<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
             d: &D,
             l: LaneCtx,
@@ -105,6 +107,7 @@ primitive!(
 /// # Safety
 /// As for each primitive.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
     p: Prim,
     d: &D,
@@ -131,6 +134,7 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64>(
 /// As for [`fold`].
 #[allow(clippy::too_many_arguments)]
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 pub unsafe fn reduce<D: Device, T: Element, O: ReduceOp>(
     d: &D,
     lanes: (u64, u64),
@@ -151,6 +155,7 @@ pub unsafe fn reduce<D: Device, T: Element, O: ReduceOp>(
 /// # Safety
 /// As for [`fold`] with one source.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 pub unsafe fn copy<D: Device, T: Element, O: ReduceOp>(
     d: &D,
     lanes: (u64, u64),

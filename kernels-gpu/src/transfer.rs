@@ -15,6 +15,7 @@ pub const REDUCE: u8 = 1;
 pub const FINAL: u8 = 2;
 
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 fn combine<T: Element, O: ReduceOp, const MODE: u8>(incoming: T, own: T, k: u32) -> T {
     match MODE {
         COPY => own,
@@ -26,6 +27,7 @@ fn combine<T: Element, O: ReduceOp, const MODE: u8>(incoming: T, own: T, k: u32)
 /// Combines two packs lane by lane. Packs travel as `[u32; 4]` (what one
 /// vector access moves) and are reinterpreted as lanes of `T` in registers.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 fn combine_pack<T: Element, O: ReduceOp, const MODE: u8>(
     incoming: [u32; 4],
     own: [u32; 4],
@@ -47,6 +49,7 @@ fn combine_pack<T: Element, O: ReduceOp, const MODE: u8>(
 /// Elements of `n` that go one by one before `dst` reaches a pack
 /// boundary: all of them off the wide path.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 fn scalar_head<T>(dst: *mut T, n: u64, aligned: bool) -> u64 {
     if !aligned {
         return n;
@@ -78,6 +81,7 @@ fn scalar_head<T>(dst: *mut T, n: u64, aligned: bool) -> u64 {
 /// the sources.
 #[allow(clippy::too_many_arguments)]
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 pub unsafe fn transfer<
     D: Device,
     T: Element,
@@ -164,6 +168,7 @@ pub unsafe fn transfer<
 /// when `UNROLLED`.
 #[allow(clippy::too_many_arguments)]
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 unsafe fn scalar<
     T: Element,
     O: ReduceOp,
@@ -215,6 +220,7 @@ unsafe fn scalar<
 
 /// `op`'s last step over a pack, lane by lane (`Avg`'s division).
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 fn finish_pack<T: Element, O: ReduceOp>(v: [u32; 4], k: u32) -> [u32; 4] {
     // SAFETY: `T::Pack` is 16 bytes of plain data, like `[u32; 4]`.
     let mut o: T::Pack = unsafe { core::mem::transmute_copy(&v) };
@@ -232,6 +238,7 @@ fn finish_pack<T: Element, O: ReduceOp>(v: [u32; 4], k: u32) -> [u32; 4] {
 /// load a present source again and are not folded; one source is a copy.
 /// `n` must be at least 1.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 fn fold_batched<V: Copy>(n: u64, load: impl Fn(u64) -> V, apply: impl Fn(V, V) -> V) -> V {
     if n == 1 {
         return load(0);
@@ -273,6 +280,7 @@ fn fold_batched<V: Copy>(n: u64, load: impl Fn(u64) -> V, apply: impl Fn(V, V) -
 /// otherwise overlap one; `sources >= 1` and `dests >= 1`.
 #[allow(clippy::too_many_arguments)]
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 pub unsafe fn fold<D: Device, T: Element, O: ReduceOp, const FINISH: bool>(
     d: &D,
     (lane, lanes): (u64, u64),

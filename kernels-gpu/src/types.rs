@@ -74,6 +74,7 @@ impl Collective {
     /// [`Collective::bit`]s). An entry passes its constant set, so the
     /// compiler drops the code of every collective outside it.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     pub fn from_u64_in(v: u64, set: u64) -> Option<Self> {
         match v {
             0 if set & Collective::ReduceScatter.bit() != 0 => Some(Collective::ReduceScatter),

@@ -112,6 +112,7 @@ pub struct RankInfo {
 impl RankInfo {
     /// The scope of this rank's flag signals and acquires.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     pub fn scope(&self) -> Scope {
         if self.system_scope != 0 {
             Scope::Sys
@@ -239,6 +240,7 @@ impl Batch {
     /// The (entry of `works`, channel) block `block` runs, or `None` past
     /// the grid.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     pub fn locate(&self, block: u64) -> Option<(usize, u64)> {
         if self.channels == 0 || block >= self.blocks() || self.ranks > BATCH_RANKS as u64 {
             return None;
@@ -251,6 +253,7 @@ impl Batch {
     /// kernel parameter makes the compiler copy the whole batch to local
     /// memory in every thread.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     pub fn work(&self, i: usize) -> Work {
         let mut out = [0u64; WORK_WORDS];
         // Spelled out per entry: a loop over the entries is not unrolled.

@@ -44,7 +44,9 @@ macro_rules! row_code {
 
 /// Each type's code sits in a module of its own because rustc splits
 /// codegen units by module: one module held every instance in one unit,
-/// which one core compiled alone for ten minutes.
+/// which one core compiled alone for ten minutes. The engine's functions
+/// are `#[inline]` on the CPU for the same reason: a generic instance
+/// otherwise lands in its defining module's unit, whichever row calls it.
 macro_rules! cpu_table {
     (
         reduce: [$($tn:ident: $t:ty => $dt:ident { $($on:ident: $op:ident),* })*]

@@ -13,6 +13,7 @@ use crate::grad::abi::{magnitude, tile_range, SelectState, Task, PAD_INDEX, SCAN
 
 /// Tiles `lane, lane + lanes, …` of the task.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 fn for_each_tile<L: Lanes>(g: &L, t: &Task, mut f: impl FnMut(u64, u64, u64)) {
     let mut tile = g.lane();
     while tile < t.tiles {

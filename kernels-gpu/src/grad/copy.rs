@@ -47,6 +47,7 @@ pub unsafe fn range<L: Lanes>(g: &L, t: &Task) {
 /// Items `sub, sub + group, …` of `c`, in the widest access both ends and
 /// the length allow.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 unsafe fn widest<L: Lanes>(g: &L, c: CopyDesc, sub: u64, group: u64) {
     let aligned = |a: u64| (c.src | c.dst | c.bytes).is_multiple_of(a);
     if aligned(16) {
@@ -63,6 +64,7 @@ unsafe fn widest<L: Lanes>(g: &L, c: CopyDesc, sub: u64, group: u64) {
 /// Items `sub, sub + group, …` of `c` as `W`s, four loads in flight per
 /// lane ([`four_at_a_time`]).
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 unsafe fn strided<W: Copy>(
     c: CopyDesc,
     sub: u64,

@@ -27,6 +27,7 @@ pub unsafe trait Lanes {
     /// This default (the CPU's) checks the alignment, which the GPU would
     /// fault on and x86 would not.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     unsafe fn load_pack(&self, p: *const u8) -> [u32; 4] {
         assert!(
             (p as usize).is_multiple_of(16),
@@ -39,6 +40,7 @@ pub unsafe trait Lanes {
     /// # Safety
     /// `p` must be valid and 16-byte aligned.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     unsafe fn store_pack(&self, p: *mut u8, v: [u32; 4]) {
         assert!(
             (p as usize).is_multiple_of(16),

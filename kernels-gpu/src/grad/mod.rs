@@ -48,6 +48,7 @@ pub unsafe fn run_phase<L: Lanes>(g: &L, t: &Task, phase: u32) {
 /// `f(i)` for `i` in `0..n`, lane by lane with the launch's stride (so a
 /// GPU warp touches consecutive elements).
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 pub(crate) fn for_each_index<L: Lanes>(g: &L, n: u64, mut f: impl FnMut(u64)) {
     let stride = g.lanes();
     let mut i = g.lane();
@@ -61,6 +62,7 @@ pub(crate) fn for_each_index<L: Lanes>(g: &L, n: u64, mut f: impl FnMut(u64)) {
 /// lane runs the same number of rounds (`f(None)` past the end), so that
 /// the lanes of a GPU warp stay together for a warp-wide step.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 pub(crate) fn for_each_index_uniform<L: Lanes>(g: &L, n: u64, mut f: impl FnMut(Option<u64>)) {
     let stride = g.lanes();
     let rounds = n.div_ceil(stride);
@@ -87,6 +89,7 @@ pub(crate) struct HalfQuad(pub [u16; 4]);
 /// tail; otherwise `one(i)` for every `i`. Wide accesses keep enough bytes
 /// in flight per thread for HBM; the result is the same either way.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 pub(crate) fn for_each_quad<L: Lanes>(
     g: &L,
     n: u64,
@@ -109,6 +112,7 @@ pub(crate) fn for_each_quad<L: Lanes>(
 /// leave a lane one load in flight. The batched copy and [`map_quads`]
 /// both run on it.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 pub(crate) fn four_at_a_time<V: Copy>(
     first: u64,
     stride: u64,
@@ -137,6 +141,7 @@ pub(crate) fn four_at_a_time<V: Copy>(
 /// quads (a launch's stride apart) before it stores any of them
 /// ([`four_at_a_time`]); the results are the same.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 pub(crate) fn map_quads<L: Lanes, V: Copy>(
     g: &L,
     n: u64,
@@ -165,6 +170,7 @@ pub(crate) fn map_quads<L: Lanes, V: Copy>(
 /// Whether each of `addrs` is a multiple of its alignment `(addr, align)`
 /// (a null address counts as aligned: the array is unused).
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 pub(crate) fn all_aligned(addrs: &[(u64, u64)]) -> bool {
     addrs.iter().all(|&(a, al)| a.is_multiple_of(al))
 }

@@ -19,6 +19,7 @@ pub fn steps(k: u64) -> u64 {
 }
 
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 pub fn prim(k: u64, step: u64) -> Prim {
     if step + 1 < k {
         reduce_scatter::prim(k, step)

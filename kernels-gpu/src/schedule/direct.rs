@@ -39,6 +39,7 @@ pub struct Direct {
 /// Collective `c` with direct algorithm `a` (the one-shot unless `a` is the
 /// two-shot all-reduce: every other collective is one shot).
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 pub fn direct(c: Collective, a: Algorithm) -> Direct {
     let two_shot = a == Algorithm::TwoShot;
     match c {

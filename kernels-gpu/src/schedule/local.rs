@@ -36,6 +36,7 @@ pub struct Local {
 
 /// Collective `c`'s fold of a segment.
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
 pub fn local(c: Collective) -> Local {
     match c {
         // Segment `s` is rank `s`'s output, folded from block `s` of every

@@ -55,6 +55,7 @@ impl Schedule {
 
     /// Steps per chunk.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     pub fn steps(&self) -> u64 {
         match self.collective {
             Collective::ReduceScatter => reduce_scatter::steps(self.k),
@@ -65,6 +66,7 @@ impl Schedule {
 
     /// The primitive of step `step`.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     pub fn prim(&self, step: u64) -> Prim {
         match self.collective {
             Collective::ReduceScatter => reduce_scatter::prim(self.k, step),
@@ -78,6 +80,7 @@ impl Schedule {
     /// ([`crate::ring::block_for_step`]); a reduce-scatter is its first `k`
     /// steps and an all-gather its last `k`.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     pub fn ring_step(&self, step: u64) -> u64 {
         match self.collective {
             Collective::AllGather => step + self.k - 1,

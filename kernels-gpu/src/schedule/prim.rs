@@ -27,6 +27,7 @@ pub enum Prim {
 impl Prim {
     /// The primitive as a word of [`SliceWork`](crate::device::SliceWork).
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     pub fn index(self) -> u64 {
         self as u64
     }
@@ -35,6 +36,7 @@ impl Prim {
     /// indices, such as [`prims_of`](super::prims_of) gives): with a constant `set`, the
     /// producers' dispatch keeps only the primitives an entry can meet.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     pub fn from_index_in(i: u64, set: u64) -> Option<Prim> {
         if i < 64 && set & (1 << i) != 0 {
             Prim::from_index(i)
@@ -45,6 +47,7 @@ impl Prim {
 
     /// The primitive of [`Prim::index`] `i`, if any.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     pub fn from_index(i: u64) -> Option<Prim> {
         Some(match i {
             0 => Prim::Send,
@@ -60,12 +63,14 @@ impl Prim {
 
     /// Whether the step fills a slot of the successor's staging.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     pub fn sends(self) -> bool {
         !matches!(self, Prim::RecvReduceCopy | Prim::RecvCopy)
     }
 
     /// Whether the step consumes a slot of our staging.
     #[cfg_attr(target_arch = "nvptx64", inline(always))]
+    #[cfg_attr(not(target_arch = "nvptx64"), inline)]
     pub fn recvs(self) -> bool {
         !matches!(self, Prim::Send | Prim::CopySend)
     }
