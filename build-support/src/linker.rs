@@ -162,48 +162,36 @@ pub fn link(args: &LinkArgs, module_of: &dyn Fn(&str) -> Option<String>) -> Resu
         .arg(&linked);
     run(c, "llvm-link")?;
 
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let parts = partition(&args.exports, cores.min(MAX_PARTS), module_of);
+    // A fixed number of parts, whatever the machine: the PTX is then the
+    // same on every machine, so a shipped copy can be checked against a
+    // fresh build byte for byte (see `crate::shipped`).
+    let parts = partition(&args.exports, PARTS, module_of);
     let (opt, llc) = (llvm_tool("opt")?, llvm_tool("llc")?);
     let part_file = |i: usize, ext: &str| out.with_extension(format!("part{i}.{ext}"));
-    let results: Vec<Result<(), LinkError>> = std::thread::scope(|s| {
-        let jobs: Vec<_> = parts
-            .iter()
-            .enumerate()
-            .map(|(i, exports)| {
-                let (opt, llc, linked) = (&opt, &llc, &linked);
-                let (bc, ptx) = (part_file(i, "bc"), part_file(i, "ptx"));
-                s.spawn(move || {
-                    let mut c = Command::new(opt);
-                    c.arg(format!(
-                        "-internalize-public-api-list={}",
-                        exports.join(",")
-                    ))
-                    .arg("-passes=internalize,globaldce,default<O3>")
-                    .arg(linked)
-                    .arg("-o")
-                    .arg(&bc);
-                    run(c, "opt")?;
-                    let mut c = Command::new(llc);
-                    if let Some(cpu) = &args.target_cpu {
-                        c.arg(format!("-mcpu={cpu}"));
-                    }
-                    if !args.target_features.is_empty() {
-                        c.arg(format!("-mattr={}", args.target_features.join(",")));
-                    }
-                    c.arg("-O3").arg(&bc).arg("-o").arg(&ptx);
-                    run(c, "llc")?;
-                    let _ = std::fs::remove_file(bc);
-                    Ok(())
-                })
-            })
-            .collect();
-        jobs.into_iter()
-            .map(|j| {
-                j.join()
-                    .unwrap_or_else(|_| Err(LinkError::Io("a link job panicked".into())))
-            })
-            .collect()
+    let jobs: Vec<(usize, &Vec<String>)> = parts.iter().enumerate().collect();
+    let results = crate::par_map(&jobs, |&(i, exports)| {
+        let (bc, ptx) = (part_file(i, "bc"), part_file(i, "ptx"));
+        let mut c = Command::new(&opt);
+        c.arg(format!(
+            "-internalize-public-api-list={}",
+            exports.join(",")
+        ))
+        .arg("-passes=internalize,globaldce,default<O3>")
+        .arg(&linked)
+        .arg("-o")
+        .arg(&bc);
+        run(c, "opt")?;
+        let mut c = Command::new(&llc);
+        if let Some(cpu) = &args.target_cpu {
+            c.arg(format!("-mcpu={cpu}"));
+        }
+        if !args.target_features.is_empty() {
+            c.arg(format!("-mattr={}", args.target_features.join(",")));
+        }
+        c.arg("-O3").arg(&bc).arg("-o").arg(&ptx);
+        run(c, "llc")?;
+        let _ = std::fs::remove_file(bc);
+        Ok::<(), LinkError>(())
     });
     results.into_iter().collect::<Result<Vec<()>, _>>()?;
     let mut text = String::new();
@@ -222,8 +210,10 @@ pub fn link(args: &LinkArgs, module_of: &dyn Fn(&str) -> Option<String>) -> Resu
     Ok(())
 }
 
-/// Most link jobs at once: more only costs memory once every core is busy.
-const MAX_PARTS: usize = 8;
+/// How many parts the entries are linked in, run on as many cores as
+/// there are: enough for 8 cores, and fixed so that the output does not
+/// depend on the machine.
+const PARTS: usize = 8;
 
 /// Entry point when the build script runs as rustc's linker; `module_of`
 /// names the module each entry is loaded in (see [`partition`]).
