@@ -1,11 +1,13 @@
-//! Builds the kernels to PTX, one module per entry of the kernel catalogue
+//! Builds the kernels to PTX (or takes the PTX the kernel crate ships for
+//! these very sources), one module per entry of the kernel catalogue
 //! (`ringreduce_kernels::catalogue`), and embeds them, with SASS for the
 //! GPUs named in `RINGREDUCE_SASS` if any. The same executable is also the
 //! PTX linker of that nested build (see `ringreduce_build`).
 
 use ringreduce_build::{
-    build_ptx, compile_sass, make_modules, par_map, parse_sass_archs, EntrySpec, ModuleSpec,
-    Progress, PtxBuild, ARCH_ENV, DEFAULT_ARCH, LINKER_ENV, PREBUILT_ENV, PTXAS_ENV, SASS_ENV,
+    build_ptx, compile_sass, make_modules, par_map, parse_sass_archs, read_shipped, shipped_files,
+    source_key, EntrySpec, ModuleSpec, Progress, PtxBuild, Shipped, ARCH_ENV, DEFAULT_ARCH,
+    FROM_SOURCE_ENV, LINKER_ENV, PREBUILT_ENV, PTXAS_ENV, SASS_ENV,
 };
 use ringreduce_kernels::catalogue;
 use std::path::{Path, PathBuf};
@@ -17,14 +19,9 @@ fn fail(msg: impl std::fmt::Display) -> ! {
     std::process::exit(1)
 }
 
-/// The module of each entry the linker is given, from the catalogue.
-fn module_of(entry: &str) -> Option<String> {
-    catalogue::by_name(entry).map(|e| e.module.to_string())
-}
-
 fn main() {
     if std::env::var_os(LINKER_ENV).is_some() {
-        ringreduce_build::link_main(&module_of);
+        ringreduce_build::link_main(&|e| catalogue::module_of(e).map(String::from));
     }
     // The kernel source comes with the `ringreduce-kernels` build dependency,
     // so a packaged `ringreduce` finds it in the registry as in the workspace.
@@ -40,42 +37,20 @@ fn main() {
     println!("cargo:rerun-if-env-changed={PREBUILT_ENV}");
     println!("cargo:rerun-if-env-changed={SASS_ENV}");
     println!("cargo:rerun-if-env-changed={PTXAS_ENV}");
+    println!("cargo:rerun-if-env-changed={FROM_SOURCE_ENV}");
+    println!(
+        "cargo:rerun-if-changed={}",
+        kernels.join("prebuilt").display()
+    );
 
     let progress = Progress::to_terminal();
-    let ptx = if let Some(p) = std::env::var_os(PREBUILT_ENV) {
-        PathBuf::from(p)
-    } else {
-        let mut features = Vec::new();
-        if std::env::var_os("CARGO_FEATURE_FAULT_INJECTION").is_some() {
-            features.push("fault-injection".to_string());
-        }
-        let arch = std::env::var(ARCH_ENV).unwrap_or_else(|_| DEFAULT_ARCH.to_string());
-        let mut target_dir = ringreduce_build::shared_target_dir(&out_dir);
-        if !features.is_empty() {
-            target_dir = target_dir.join(features.join("-"));
-        }
-        let req = PtxBuild {
-            kernel_crate: kernels,
-            package: "ringreduce-kernels".into(),
-            features,
-            arch: arch.clone(),
-            target_dir,
-            linker: std::env::current_exe()
-                .unwrap_or_else(|e| fail(format!("the build script's own path: {e}"))),
-        };
-        let what = format!("building the GPU kernels for {arch} (nvptx64)");
-        progress
-            .step(&what, || build_ptx(&req))
-            .unwrap_or_else(|e| fail(e))
-    };
-    let text = std::fs::read_to_string(&ptx)
-        .unwrap_or_else(|e| fail(format!("reading {}: {e}", ptx.display())));
+    let (text, ptx) = kernel_ptx(&kernels, &out_dir, &progress);
     let modules = make_modules(
         &text,
         &module_specs(),
         ringreduce_kernels::arch::SHARED_DECLARATIONS,
     )
-    .unwrap_or_else(|e| fail(format!("{e} (in {})", ptx.display())));
+    .unwrap_or_else(|e| fail(format!("{e} (in {ptx})")));
     let dir = out_dir.join("modules");
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| fail(format!("{}: {e}", dir.display())));
     let mut table = String::from("&[\n");
@@ -93,6 +68,59 @@ fn main() {
     });
     let names: Vec<&str> = modules.iter().map(|(n, _)| n.as_str()).collect();
     embed_sass(&dir, &names, &out_dir, &progress);
+}
+
+/// The kernels' linked PTX and where it came from: a file named in
+/// `RINGREDUCE_PTX_FILE`, else the PTX the kernel crate ships when it was
+/// built from these very sources (the default build only), else a nested
+/// build of the kernels.
+fn kernel_ptx(kernels: &Path, out_dir: &Path, progress: &Progress) -> (String, String) {
+    let read = |p: &Path| {
+        std::fs::read_to_string(p).unwrap_or_else(|e| fail(format!("reading {}: {e}", p.display())))
+    };
+    if let Some(p) = std::env::var_os(PREBUILT_ENV) {
+        let p = PathBuf::from(p);
+        return (read(&p), p.display().to_string());
+    }
+    let mut features = Vec::new();
+    if std::env::var_os("CARGO_FEATURE_FAULT_INJECTION").is_some() {
+        features.push("fault-injection".to_string());
+    }
+    let arch = std::env::var(ARCH_ENV).unwrap_or_else(|_| DEFAULT_ARCH.to_string());
+    let from_source = std::env::var(FROM_SOURCE_ENV).is_ok_and(|v| v == "1");
+    if features.is_empty() && !from_source {
+        let build_crate = Path::new(ringreduce_build::MANIFEST_DIR);
+        let key = source_key(kernels, build_crate, &arch)
+            .unwrap_or_else(|e| fail(format!("reading the kernel sources: {e}")));
+        let files = shipped_files(kernels, &arch);
+        match read_shipped(&files, &key).unwrap_or_else(|e| fail(e)) {
+            Shipped::Fresh(text) => return (text, files.ptx.display().to_string()),
+            Shipped::Stale => progress.say(&format!(
+                "the shipped PTX ({}) is for other kernel sources: building the kernels \
+                 (`cargo xtask ptx` ships the new PTX)",
+                files.ptx.display()
+            )),
+            Shipped::Absent => {}
+        }
+    }
+    let mut target_dir = ringreduce_build::shared_target_dir(out_dir);
+    if !features.is_empty() {
+        target_dir = target_dir.join(features.join("-"));
+    }
+    let req = PtxBuild {
+        kernel_crate: kernels.to_path_buf(),
+        package: "ringreduce-kernels".into(),
+        features,
+        arch: arch.clone(),
+        target_dir,
+        linker: std::env::current_exe()
+            .unwrap_or_else(|e| fail(format!("the build script's own path: {e}"))),
+    };
+    let what = format!("building the GPU kernels for {arch} (nvptx64)");
+    let p = progress
+        .step(&what, || build_ptx(&req))
+        .unwrap_or_else(|e| fail(e));
+    (read(&p), p.display().to_string())
 }
 
 /// The catalogue's modules, in the order of their first entries, each

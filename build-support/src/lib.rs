@@ -14,6 +14,7 @@ mod nested;
 mod progress;
 pub mod ptx;
 mod sass;
+mod shipped;
 mod toolchain;
 
 pub use linker::{link_main, parse_link_args, partition, LinkArgs, LinkError, PART_MARKER};
@@ -24,4 +25,11 @@ pub use nested::{
 };
 pub use progress::{par_map, Progress};
 pub use sass::{compile_sass, parse_sass_archs, PTXAS_ENV, SASS_ENV};
+pub use shipped::{
+    read_shipped, shipped_files, source_key, write_shipped, Shipped, ShippedFiles, FROM_SOURCE_ENV,
+};
 pub use toolchain::{KERNEL_COMPONENTS, KERNEL_TOOLCHAIN};
+
+/// This crate's folder: its sources are part of the shipped PTX's key
+/// ([`source_key`]), since its linker shapes that PTX.
+pub const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");

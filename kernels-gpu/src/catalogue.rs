@@ -302,6 +302,12 @@ pub fn by_name(name: &str) -> Option<&'static Entry> {
     all().find(|e| e.name == name)
 }
 
+/// The module entry `name` is loaded in, if it is an entry: what the PTX
+/// linker groups entries by, whoever runs it.
+pub fn module_of(name: &str) -> Option<&'static str> {
+    by_name(name).map(|e| e.module)
+}
+
 /// Whether entry `e` runs collective `c` on `dtype` with `op`.
 const fn serves(e: &Entry, kind: Kind, c: Collective, dtype: DataType, op: Op) -> bool {
     if e.kind as u8 != kind as u8 || e.collectives & c.bit() == 0 {

@@ -4,6 +4,7 @@
 
 mod bundle;
 mod package;
+mod ptx;
 mod sass;
 mod tools;
 mod util;
@@ -41,6 +42,10 @@ Commands:
   sass [--arch sm_90] [ENTRY...]
                           register counts and SASS of the embedded PTX, no GPU
                           needed (ptxas/cuobjdump from NVIDIA's PyPI wheels)
+  ptx [--check]           build the kernels' PTX from source and ship it with the
+                          kernel crate (kernels-gpu/prebuilt/), so that builds skip
+                          the nested nvptx build; --check fails unless the shipped
+                          PTX is what the sources build (CI runs it)
   package-check           `cargo package` the kernel, build-support and library
                           crates, then build and run a small crate outside the
                           workspace on stable Rust against them (a CPU collective)
@@ -48,6 +53,7 @@ Commands:
 ";
 
 fn main() {
+    ptx::link_if_asked();
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let root = workspace_root();
     if args.is_empty() {
@@ -95,6 +101,7 @@ fn main() {
         "compare" => bundle::run_bundled(&root, "ringreduce-compare", args),
         "sass" => sass::cmd_sass(&root, args),
         "package-check" => package::cmd_package_check(&root),
+        "ptx" => ptx::cmd_ptx(&root, args),
         other => {
             eprint!("xtask: unknown command {other:?}\n\n{HELP}");
             exit(2);

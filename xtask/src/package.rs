@@ -1,5 +1,6 @@
 //! `package-check`: the published crates as a user outside the workspace,
-//! on stable Rust, gets them.
+//! on stable Rust, gets them: the kernels from the PTX the kernel crate
+//! ships, with no nested nvptx build.
 
 use crate::util::{cargo, check, copy, fail, target_dir};
 use std::path::Path;
@@ -108,5 +109,16 @@ pub fn cmd_package_check(root: &Path) {
     if !out.status.success() || !stdout.contains(", 0 wrong") {
         fail("the user crate did not build or run on stable");
     }
-    println!("package-check: ok");
+    // The packaged kernel crate ships its PTX with the key of its packaged
+    // sources, so a registry build embeds it and never runs the nested
+    // nvptx build (nor needs the nightly toolchain for it).
+    let nested = user.join("target").join("ringreduce-ptx");
+    if nested.exists() {
+        fail(format!(
+            "the registry build built the kernels ({} exists): the packaged crate's shipped \
+             PTX did not match its sources",
+            nested.display()
+        ));
+    }
+    println!("package-check: ok (the shipped PTX served the registry build)");
 }
