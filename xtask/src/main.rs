@@ -18,8 +18,8 @@ cargo xtask <command> [options]
 Commands:
   example                 the three collectives through the Collectives trait: on
                           the GPU if one is present, then on the CPU execution
-  bench [FLAGS]           build the bench (release, the build `example` uses) and
-                          run it; nccl-tests flags, see `cargo xtask bench --help`
+  bench [FLAGS]           build the bench (release, no SASS) and run it;
+                          nccl-tests flags, see `cargo xtask bench --help`
   bundle [--dev] [--variant REV|WORKTREE [--name NAME]] DIR
                           copy what a GPU host without Rust needs into DIR:
                           ringreduce-bench, gpu-suite, ringreduce-compare and the
@@ -64,34 +64,27 @@ fn main() {
     match cmd.as_str() {
         "help" | "--help" | "-h" => print!("{HELP}"),
         "example" => {
-            // Built first, with a line on the terminal every few seconds:
-            // the library's release build is a minute of one crate, during
-            // which cargo's bar does not move.
+            // A dev build, as `cargo run --example` makes: with the PTX the
+            // kernel crate ships it is about half a minute on 2 cores, where
+            // the optimised CPU kernel table alone would take longer. Built
+            // first, with a line on the terminal every few seconds, since
+            // cargo's bar stands still while one crate compiles.
+            let example = ["-p", "ringreduce", "--example", "collectives"];
             let mut build = Command::new(cargo());
-            build.current_dir(&root).args([
-                "build",
-                "--release",
-                "-p",
-                "ringreduce",
-                "--example",
-                "collectives",
-            ]);
+            build.current_dir(&root).arg("build").args(example);
             ringreduce_build::Progress::to_terminal()
-                .step("building the library and the example (release)", || {
+                .step("building the library and the example", || {
                     util::check(&mut build)
                 });
-            exec(Command::new(cargo()).current_dir(&root).args([
-                "run",
-                "--release",
-                "-p",
-                "ringreduce",
-                "--example",
-                "collectives",
-            ]))
+            exec(
+                Command::new(cargo())
+                    .current_dir(&root)
+                    .arg("run")
+                    .args(example),
+            )
         }
-        // The release build `example` makes too (no SASS: a module's JIT
-        // is about a second), so neither rebuilds the library for the
-        // other, and `--help` builds nothing else.
+        // A release build without SASS (a module's JIT is about a second),
+        // so that `--help` builds nothing else.
         "bench" => {
             let bins = bundle::build_tools(&root, bundle::Profile::Plain);
             exec(Command::new(bins.join("ringreduce-bench")).args(args))
