@@ -503,6 +503,21 @@ pub enum Error {
          what stops a kernel waiting for a dead peer"
     )]
     NeedsWatchdog,
+    /// libnccl could not be loaded, or is not a usable NCCL (the `nccl`
+    /// feature loads it at run time): the text says what was tried and how
+    /// to get it.
+    #[error("NCCL is not available: {0}")]
+    NcclUnavailable(String),
+    /// An NCCL call failed: NCCL's result code and its text.
+    #[error("{call} failed: NCCL error {code}: {text}")]
+    Nccl {
+        /// The NCCL function.
+        call: &'static str,
+        /// Its `ncclResult_t`.
+        code: i32,
+        /// `ncclGetErrorString`, and the communicator's last error.
+        text: String,
+    },
     /// Any call after an earlier error broke the communicator; the text is that error.
     #[error("the communicator is broken by an earlier error ({0}); create a new one")]
     Broken(String),

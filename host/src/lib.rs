@@ -77,6 +77,8 @@ mod hooks;
 mod job;
 mod layout;
 mod memo;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 mod planner;
 pub mod reference;
 mod region;
