@@ -503,6 +503,14 @@ pub enum Error {
          what stops a kernel waiting for a dead peer"
     )]
     NeedsWatchdog,
+    /// The hosts of a job hold different numbers of ranks: a hierarchical
+    /// collective pairs the ranks of equal local index across hosts, so
+    /// every host needs as many.
+    #[error("the job's hosts hold different numbers of ranks ({}); every host needs as many", .sizes.iter().map(|(h, n)| format!("{h}: {n}")).collect::<Vec<_>>().join(", "))]
+    UnevenNodes {
+        /// Each host and its ranks, in node order.
+        sizes: Vec<(String, usize)>,
+    },
     /// libnccl could not be loaded, or is not a usable NCCL (the `nccl`
     /// feature loads it at run time): the text says what was tried and how
     /// to get it.

@@ -79,6 +79,7 @@ mod layout;
 mod memo;
 #[cfg(feature = "nccl")]
 pub mod nccl;
+pub mod nodes;
 mod planner;
 pub mod reference;
 mod region;
