@@ -62,6 +62,7 @@
 
 #![deny(missing_docs)]
 
+mod across;
 pub mod algorithm;
 pub mod bootstrap;
 mod channels;
@@ -105,7 +106,7 @@ pub use config::CommConfig;
 pub use cpu::{CpuBackend, CpuBuffers, CpuCommunicator, HostBuffer, HostView};
 pub use element::{DataType, Element, RsElement};
 pub use error::{AbortSeen, Error, Result, TimeoutInfo};
-pub use front::{Backend, Comm};
+pub use front::{Backend, Comm, HierComm};
 pub use gpu::{Buffers, Communicator, GpuBackend, RawBuffers};
 pub use grad::{GradConfig, GradSync, Precision, Sparsity};
 pub use half;

@@ -138,6 +138,62 @@ pub fn collective_by<T: Element>(
     }
 }
 
+/// The reference of [`HierComm::all_reduce`](crate::HierComm::all_reduce)
+/// (every rank's output is the same): inside each node, the reduce-scatter
+/// of the whole shards as `shard_algorithm` folds it and the all-reduce of
+/// the tail as `tail_algorithm` does, on the node's `ring`; then across
+/// nodes in node order; `Avg` sums and divides once by the job's size.
+/// `inputs` are by job rank.
+pub fn hierarchical_all_reduce<T: Element>(
+    inputs: &[&[T]],
+    nodes: &crate::nodes::Nodes,
+    shard_algorithm: Algorithm,
+    tail_algorithm: Algorithm,
+    ring: &RingOrder,
+    op: Op,
+) -> Vec<T> {
+    let inner = if op == Op::Avg { Op::Sum } else { op };
+    let n = inputs.first().map_or(0, |x| x.len());
+    let per = nodes.per_node();
+    let main = n / per * per;
+    let partials: Vec<Vec<T>> = (0..nodes.count())
+        .map(|m| {
+            let ins: Vec<&[T]> = nodes.members(m).iter().map(|&r| inputs[r]).collect();
+            let heads: Vec<&[T]> = ins.iter().map(|x| &x[..main]).collect();
+            let tails: Vec<&[T]> = ins.iter().map(|x| &x[main..]).collect();
+            let mut p: Vec<T> = if main > 0 {
+                collective_by(
+                    Collective::ReduceScatter,
+                    shard_algorithm,
+                    &heads,
+                    ring,
+                    inner,
+                )
+                .concat()
+            } else {
+                Vec::new()
+            };
+            if main < n {
+                let t = collective_by(Collective::AllReduce, tail_algorithm, &tails, ring, inner);
+                p.extend_from_slice(&t[0]);
+            }
+            p
+        })
+        .collect();
+    let world = nodes.world() as u32;
+    par_map(n, |i| {
+        let mut acc = partials[0][i];
+        for p in &partials[1..] {
+            acc = inner.apply(acc, p[i]);
+        }
+        if op == Op::Avg {
+            op.finish(acc, world)
+        } else {
+            acc
+        }
+    })
+}
+
 /// The reference of any collective on the ring: each rank's output.
 pub fn collective<T: Element>(
     c: Collective,

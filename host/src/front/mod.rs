@@ -6,10 +6,12 @@
 //! nothing else.
 
 mod engine;
+mod hier;
 mod job;
 
 pub use engine::Comm;
 pub(crate) use engine::{Alarm, Engine};
+pub use hier::HierComm;
 
 use crate::config::CommConfig;
 use crate::element::RsElement;

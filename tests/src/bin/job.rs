@@ -21,6 +21,13 @@
 //! - `abort:<r>`: rank `r` aborts after `RINGREDUCE_TEST_ABORT_MS`; the
 //!   others run an all-reduce and print how it ended.
 //!
+//! - `hier`: a hierarchical job (`HierComm`, hosts from
+//!   `RINGREDUCE_HOST_NAME`): all-reduces over a sample of types, ops and
+//!   counts, each checked bit for bit against the hierarchical reference;
+//!   prints `ok <cases> <wrong>`. `hier-stall:<r>`: rank `r` waits forever
+//!   after joining; the others run a large all-reduce and print how it
+//!   ended.
+//!
 //! Every rank prints `joined <ms since the epoch>` once its communicator
 //! exists, and `error
 //! <error as {:?}> <ms>` for an error, with the milliseconds its last step
@@ -35,8 +42,9 @@ use ringreduce::{
     Algo, Backend, Collective, Collectives, Comm, CommConfig, CpuBackend, DataType, GpuBackend, Op,
     Result,
 };
-use ringreduce::{GradConfig, GradSync, Precision};
+use ringreduce::{GradConfig, GradSync, HierComm, Precision};
 use ringreduce_tests::cases::{run_case, Case, Offsets};
+use ringreduce_tests::data::{inputs, Gen};
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -301,7 +309,107 @@ where
     std::process::ExitCode::from(code)
 }
 
+/// One all-reduce of `n` elements of `T` on every rank of a hierarchical
+/// job; the elements of this rank's output that differ from the reference.
+fn hier_case<T: Gen>(comm: &HierComm<CpuBackend>, n: usize, op: Op, seed: u64) -> Result<usize> {
+    let (rank, world) = (comm.rank(), comm.nodes().world());
+    let all = inputs::<T>(seed, world, n);
+    let intra = comm.intra();
+    let me = intra.local_ranks().start;
+    let mut buf = intra.upload(me, &all[rank])?;
+    comm.all_reduce(&mut buf, op)?;
+    let got = intra.download(me, &buf)?;
+    let per = comm.nodes().per_node();
+    let shard = intra.algorithm_for::<T>(Collective::ReduceScatter, n / per)?;
+    let tail = intra.algorithm_for::<T>(Collective::AllReduce, n % per)?;
+    let refs: Vec<&[T]> = all.iter().map(|v| v.as_slice()).collect();
+    let want = ringreduce::reference::hierarchical_all_reduce(
+        &refs,
+        comm.nodes(),
+        shard,
+        tail,
+        intra.ring_order(),
+        op,
+    );
+    let bytes = |v: &[T]| bytemuck::cast_slice::<T, u8>(v).to_vec();
+    let t = std::mem::size_of::<T>();
+    let (g, w) = (bytes(&got), bytes(&want));
+    Ok(g.chunks(t).zip(w.chunks(t)).filter(|(a, b)| a != b).count() + got.len().abs_diff(n))
+}
+
+/// `hier` and `hier-stall:<r>`.
+fn hier(comm: &HierComm<CpuBackend>, mode: &str, who: Option<usize>) -> Result<String> {
+    if mode == "hier-stall" {
+        if Some(comm.rank()) == who {
+            loop {
+                std::thread::sleep(Duration::from_secs(60));
+            }
+        }
+        return hier_case::<f32>(comm, 1 << 20, Op::Sum, 1).map(|w| format!("done {w}"));
+    }
+    let counts = [0usize, 1, 3, 8, 1000, 40_001];
+    let (mut cases, mut wrong) = (0, 0);
+    for (i, &n) in counts.iter().enumerate() {
+        let seed = 7 << 32 | i as u64;
+        let w = [
+            hier_case::<f32>(comm, n, Op::Sum, seed)?,
+            hier_case::<f32>(comm, n, Op::Avg, seed + 1)?,
+            hier_case::<f64>(comm, n, Op::Min, seed + 2)?,
+            hier_case::<i32>(comm, n, Op::Prod, seed + 3)?,
+            hier_case::<u8>(comm, n, Op::Max, seed + 4)?,
+            hier_case::<half::bf16>(comm, n, Op::Sum, seed + 5)?,
+        ];
+        for (j, x) in w.iter().enumerate() {
+            if *x > 0 {
+                say(&format!("wrong {x} (count {n}, case {j})"));
+            }
+        }
+        cases += w.len();
+        wrong += w.iter().sum::<usize>();
+    }
+    Ok(format!("ok {cases} {wrong}"))
+}
+
+/// A rank of a hierarchical job of the CPU execution.
+fn run_hier(mode: &str, who: Option<usize>) -> std::process::ExitCode {
+    let t = Instant::now();
+    let joined = ringreduce::bootstrap::Launch::from_env().and_then(|l| {
+        let id = l.unique_id()?;
+        HierComm::<CpuBackend>::init_rank(&id, l.rank, l.world, 0, config())
+    });
+    let comm = match joined {
+        Ok(c) => c,
+        Err(e) => {
+            say(&format!("error {e:?} {}", t.elapsed().as_millis()));
+            return std::process::ExitCode::from(2);
+        }
+    };
+    say("joined");
+    let t = Instant::now();
+    let code = match hier(&comm, mode, who) {
+        Ok(line) => {
+            say(&line);
+            0
+        }
+        Err(e) => {
+            say(&format!("error {e:?} {}", t.elapsed().as_millis()));
+            2
+        }
+    };
+    drop(comm);
+    say("left");
+    std::process::ExitCode::from(code)
+}
+
 fn main() -> std::process::ExitCode {
+    let job = var("RINGREDUCE_TEST_JOB").unwrap_or_default();
+    if job.starts_with("hier") {
+        let (mode, who) = match job.split_once(':') {
+            Some((m, r)) => (m.to_string(), r.parse::<usize>().ok()),
+            None => (job.clone(), None),
+        };
+        return run_hier(&mode, who);
+    }
     if var("RINGREDUCE_TEST_GPU").is_some() {
         run::<GpuBackend>()
     } else {

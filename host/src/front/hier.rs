@@ -1,0 +1,268 @@
+//! A rank of a job whose ranks span hosts: our kernels among the ranks of
+//! its host ([`Comm`], one process per rank) and the step between nodes
+//! ([`Across`]) among the ranks of its local index. The schedule and its
+//! fold order are in `docs/beyond-one-node.md`.
+
+use super::engine::{Comm, Engine};
+use crate::across::{Across, TcpAcross};
+use crate::bootstrap::{host_name, rendezvous, Event, Identity, Leave, UniqueId, Watch};
+use crate::collectives::Collectives;
+use crate::config::CommConfig;
+use crate::element::RsElement;
+use crate::error::{Error, Result};
+use crate::job::Table;
+use crate::nodes::Nodes;
+use crate::region::Region;
+use ringreduce_kernels::Op;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+/// What each rank tells every other once the hosts are known: its offer
+/// to its node and where its member of the step between nodes listens.
+#[derive(Serialize, Deserialize)]
+struct Card {
+    offer: Vec<u8>,
+    device: [u8; 16],
+    across: SocketAddr,
+}
+
+/// What a rank says at the last meeting: it is linked to every peer.
+const LINKED: &[u8] = b"linked";
+
+/// One rank of a hierarchical job.
+pub struct HierComm<B: Engine> {
+    /// This rank's node's communicator: it holds the rank's local index.
+    intra: Comm<B>,
+    /// The step between nodes among the ranks of this local index.
+    across: Arc<dyn Across>,
+    nodes: Nodes,
+    rank: usize,
+    /// The whole job's watch: a lost peer anywhere stops every rank.
+    watch: Option<Watch>,
+    /// What the watch heard first: the step between nodes, cut short by
+    /// it, reports this rather than the link it was reading.
+    cause: Arc<OnceLock<Error>>,
+}
+
+impl<B: Engine> HierComm<B> {
+    /// Rank `rank` of a job of `world` processes sharing `id`, whose
+    /// ranks may span hosts: hosts come from the rendezvous (each rank's
+    /// host name, or `RINGREDUCE_HOST_NAME`), every host must hold as many
+    /// ranks ([`Error::UnevenNodes`]), and every rank fails with the same
+    /// typed error as [`Comm::init_rank`] does.
+    ///
+    /// The step between nodes here is the CPU stand-in (loopback TCP, one
+    /// machine): the NCCL engine for GPUs is not built yet.
+    pub fn init_rank(
+        id: &UniqueId,
+        rank: usize,
+        world: usize,
+        device: usize,
+        config: CommConfig,
+    ) -> Result<Self> {
+        if world == 0 {
+            return Err(Error::ZeroRanks);
+        }
+        if rank >= world {
+            return Err(Error::RankOutOfRange { rank, world });
+        }
+        if !config.watchdog {
+            return Err(Error::NeedsWatchdog);
+        }
+        let timeout = config.effective_timeout();
+        let me = Identity {
+            rank: rank as u32,
+            host: host_name(),
+            pid: std::process::id(),
+            device: [0; 16],
+            exports: Vec::new(),
+        };
+        let mut met = rendezvous(id, me, world, timeout)?;
+        let hosts: Vec<&str> = met.ranks.iter().map(|i| i.host.as_str()).collect();
+        let nodes = Nodes::group(&hosts)?;
+        let (node, local) = (nodes.node_of(rank), nodes.local_of(rank));
+        // Each node's ranks form a job of their own, named apart.
+        let job = id.job() ^ ((node as u64 + 1) << 40);
+        let (joining, offer, device) = B::prepare(local, device, &config, job)?;
+        let (listener, across_at) = TcpAcross::listen()?;
+        let card = Card {
+            offer: offer.to_bytes()?,
+            device,
+            across: across_at,
+        };
+        let card = postcard::to_stdvec(&card)
+            .map_err(|e| Error::Bootstrap(format!("encoding a card: {e}")))?;
+        let cards = met
+            .exchange(&card, timeout)?
+            .iter()
+            .map(|c| postcard::from_bytes::<Card>(c))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| Error::Rendezvous(format!("a rank's card is unreadable: {e}")))?;
+        let ids = nodes
+            .members(node)
+            .iter()
+            .enumerate()
+            .map(|(l, &r)| Identity {
+                rank: l as u32,
+                host: met.ranks[r].host.clone(),
+                pid: met.ranks[r].pid,
+                device: cards[r].device,
+                exports: cards[r].offer.clone(),
+            })
+            .collect();
+        let joined = Table::check(local, ids).and_then(|t| B::join(joining, &t, config.clone()));
+        let group = nodes.across(local);
+        let addrs: Vec<SocketAddr> = group.iter().map(|&r| cards[r].across).collect();
+        let linked = joined.and_then(|b| {
+            TcpAcross::connect(node, group.clone(), &addrs, listener, timeout).map(|a| (b, a))
+        });
+        let said: &[u8] = if linked.is_ok() { LINKED } else { b"failed" };
+        let parts = met.exchange(said, timeout);
+        let (mut b, across) = linked?;
+        if let Some(r) = parts?.iter().position(|p| p != LINKED) {
+            return Err(Error::Rendezvous(format!(
+                "rank {r} could not join its node or link to the other nodes (its own error says why)"
+            )));
+        }
+        b.mapped();
+        let across: Arc<dyn Across> = Arc::new(across);
+        let (alarm, cut) = (b.alarm(), across.clone());
+        let cause = Arc::new(OnceLock::new());
+        let heard = cause.clone();
+        let watch = Watch::start(met, move |e| {
+            let e = match e {
+                Event::Lost(rank) => Error::PeerLost { rank },
+                Event::Aborted(rank) => Error::PeerAborted { rank },
+            };
+            let _ = heard.set(e.clone());
+            cut.abort();
+            alarm(e)
+        })?;
+        Ok(HierComm {
+            intra: Comm { b, job: None },
+            across,
+            nodes,
+            rank,
+            watch: Some(watch),
+            cause,
+        })
+    }
+
+    /// The job's nodes.
+    pub fn nodes(&self) -> &Nodes {
+        &self.nodes
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// This rank's node's communicator (its rank there is the local index).
+    pub fn intra(&self) -> &Comm<B> {
+        &self.intra
+    }
+
+    /// Makes every rank of the job give up.
+    pub fn abort(&self) {
+        self.intra.abort();
+        self.across.abort();
+        if let Some(w) = &self.watch {
+            w.abort();
+        }
+    }
+}
+
+impl<B: Engine> HierComm<B> {
+    /// In place, `op` over every rank's `buf` (the same length on every
+    /// rank), and waits for it: a reduce-scatter inside the node, the
+    /// rank's shard across nodes folded in node order, an all-gather inside
+    /// the node. The elements past the last whole shard (fewer than a
+    /// node's ranks) are all-reduced inside the node and folded across
+    /// nodes the same way. `Avg` sums throughout and divides once, by the
+    /// job's size.
+    pub fn all_reduce<T: RsElement>(&self, buf: &mut B::Buf<T>, op: Op) -> Result<()> {
+        let inner = if op == Op::Avg { Op::Sum } else { op };
+        let n = <Comm<B> as Collectives>::len_of(buf);
+        let (l, per) = (self.nodes.local_of(self.rank), self.nodes.per_node());
+        let c = n / per;
+        let main = c * per;
+        if c > 0 {
+            let mut r = [Region::InPlace {
+                buf: &mut *buf,
+                at: 0..main,
+            }];
+            self.intra.reduce_scatter(&mut r, inner)?;
+            self.intra.synchronize()?;
+            self.fold_across(buf, l * c..(l + 1) * c, inner)?;
+            let mut r = [Region::InPlace {
+                buf: &mut *buf,
+                at: 0..main,
+            }];
+            self.intra.all_gather(&mut r)?;
+            self.intra.synchronize()?;
+        }
+        if main < n {
+            let mut r = [Region::InPlace {
+                buf: &mut *buf,
+                at: main..n,
+            }];
+            self.intra.all_reduce(&mut r, inner)?;
+            self.intra.synchronize()?;
+            self.fold_across(buf, main..n, inner)?;
+        }
+        if op == Op::Avg {
+            let me = self.intra.local_ranks().start;
+            let world = self.nodes.world() as u32;
+            let sums = self.intra.read(me, buf, 0..n)?;
+            let avg: Vec<T> = sums.into_iter().map(|s| op.finish(s, world)).collect();
+            self.intra.write(me, buf, 0, &avg)?;
+        }
+        Ok(())
+    }
+
+    /// Replaces `at` of `buf` by `op` over every node's `at`, in node
+    /// order: the step between nodes.
+    fn fold_across<T: RsElement>(
+        &self,
+        buf: &mut B::Buf<T>,
+        at: std::ops::Range<usize>,
+        op: Op,
+    ) -> Result<()> {
+        let me = self.intra.local_ranks().start;
+        let mine = self.intra.read(me, buf, at.clone())?;
+        let mut all = vec![T::zeroed(); mine.len() * self.across.members()];
+        self.across
+            .all_gather(
+                bytemuck::cast_slice(&mine),
+                bytemuck::cast_slice_mut(&mut all),
+            )
+            .map_err(|e| self.cause.get().cloned().unwrap_or(e))?;
+        let parts: Vec<&[T]> = all.chunks(mine.len().max(1)).collect();
+        let folded: Vec<T> = (0..mine.len())
+            .map(|i| {
+                let mut acc = parts[0][i];
+                for p in &parts[1..] {
+                    acc = op.apply(acc, p[i]);
+                }
+                acc
+            })
+            .collect();
+        self.intra.write(me, buf, at.start, &folded)
+    }
+}
+
+/// Leaves in order, as [`Comm`] does: the node's work ends and it lets go
+/// of its peers, then waits for every rank of the job.
+impl<B: Engine> Drop for HierComm<B> {
+    fn drop(&mut self) {
+        if let Some(watch) = self.watch.take() {
+            self.intra.b.release_peers();
+            let wait = self.intra.b.state().config.effective_timeout();
+            if watch.leave(wait) == Leave::TimedOut {
+                self.intra.b.abandon();
+            }
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! Hierarchical jobs on the CPU execution: processes of the `job` binary
+//! on simulated hosts (`RINGREDUCE_HOST_NAME`), our kernels inside a host
+//! and the test stand-in for the step between hosts. Every all-reduce
+//! matches the hierarchical reference bit for bit; a rank on the other
+//! host killed mid-collective fails every survivor with an error naming
+//! it; hosts with different numbers of ranks fail every rank alike.
+
+use ringreduce_tests::procs::{assert_survivors_fail, job, job_bin, kill_when_ready, Rank};
+use std::path::PathBuf;
+use std::time::Duration;
+
+fn bin() -> PathBuf {
+    job_bin(env!("CARGO_BIN_EXE_job"))
+}
+
+/// A hierarchical job: rank `r` on host `hosts[r]`, each with `extra`.
+fn hier_job(hosts: &[&str], extra: &[(&str, String)]) -> Vec<Rank> {
+    let hosts: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
+    job(&bin(), hosts.len(), extra, |r| {
+        vec![("RINGREDUCE_HOST_NAME", hosts[r].clone())]
+    })
+}
+
+/// Each rank's exit code and lines.
+fn finish(ranks: Vec<Rank>) -> Vec<(i32, Vec<String>)> {
+    ranks.into_iter().map(Rank::finish).collect()
+}
+
+#[test]
+fn hierarchical_all_reduces_match_the_reference() {
+    let shapes: [(&str, &[&str]); 5] = [
+        ("2 hosts x 2", &["a", "a", "b", "b"]),
+        ("2 hosts x 4", &["a", "a", "a", "a", "b", "b", "b", "b"]),
+        ("4 hosts x 1", &["a", "b", "c", "d"]),
+        // mpirun --map-by node: ranks alternate between the hosts.
+        ("2 hosts x 2, round robin", &["b", "a", "b", "a"]),
+        ("1 host x 3", &["a", "a", "a"]),
+    ];
+    for (what, hosts) in shapes {
+        for algo in ["auto", "ring"] {
+            let extra = [
+                ("RINGREDUCE_TEST_JOB", "hier".to_string()),
+                ("RINGREDUCE_TEST_ALGO", algo.to_string()),
+            ];
+            for (r, (code, lines)) in finish(hier_job(hosts, &extra)).into_iter().enumerate() {
+                assert!(
+                    code == 0 && lines.iter().any(|l| l == "ok 36 0"),
+                    "{what}, {algo}, rank {r}: exit {code}, {lines:?}"
+                );
+                assert!(
+                    lines.iter().any(|l| l == "left"),
+                    "{what}, rank {r}: {lines:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn hosts_with_different_numbers_of_ranks_fail_every_rank_alike() {
+    let extra = [("RINGREDUCE_TEST_JOB", "hier".to_string())];
+    for (r, (code, lines)) in finish(hier_job(&["a", "a", "b"], &extra))
+        .into_iter()
+        .enumerate()
+    {
+        let want = "error UnevenNodes { sizes: [(\"a\", 2), (\"b\", 1)] }";
+        assert!(
+            code == 2 && lines.iter().any(|l| l.starts_with(want)),
+            "rank {r}: exit {code}, {lines:?}"
+        );
+    }
+}
+
+#[test]
+fn a_rank_on_the_other_host_killed_mid_collective_fails_every_survivor() {
+    // A long timeout, so that only the peer watch can explain a quick error.
+    let timeout_ms = 20_000;
+    let extra = [
+        ("RINGREDUCE_TEST_JOB", "hier-stall:3".to_string()),
+        ("RINGREDUCE_TEST_TIMEOUT_MS", timeout_ms.to_string()),
+    ];
+    let mut ranks = hier_job(&["a", "a", "b", "b"], &extra);
+    let wait = Duration::from_millis(timeout_ms + 5_000);
+    let killed = kill_when_ready(&mut ranks, 3, "joined", wait, Duration::from_millis(500));
+    // The bound is the timeout plus a second; the watch does far
+    // better, and anything near the timeout would mean it did not fire.
+    let within = Duration::from_millis(timeout_ms / 2);
+    assert_survivors_fail(ranks, 3, "PeerLost", killed, within, wait);
+}
