@@ -194,6 +194,66 @@ pub fn hierarchical_all_reduce<T: Element>(
     })
 }
 
+/// The reference of [`HierComm::reduce_scatter`](crate::HierComm::reduce_scatter),
+/// each rank's output: inside each node, for every node `m`, the
+/// reduce-scatter (as `algorithm` folds it, on the node's `ring`) of the
+/// blocks of `m`'s ranks in local order; then each rank's block across
+/// nodes in node order; `Avg` sums and divides once. `inputs` are by job
+/// rank, `world` blocks each.
+pub fn hierarchical_reduce_scatter<T: Element>(
+    inputs: &[&[T]],
+    nodes: &crate::nodes::Nodes,
+    algorithm: Algorithm,
+    ring: &RingOrder,
+    op: Op,
+) -> Vec<Vec<T>> {
+    let inner = if op == Op::Avg { Op::Sum } else { op };
+    let world = nodes.world();
+    let c = inputs.first().map_or(0, |x| x.len() / world.max(1));
+    // part[n][g]: node n's fold of block g.
+    let part: Vec<Vec<Vec<T>>> = (0..nodes.count())
+        .map(|n| {
+            let mut by_rank = vec![Vec::new(); world];
+            for m in 0..nodes.count() {
+                let runs: Vec<Vec<T>> = nodes
+                    .members(n)
+                    .iter()
+                    .map(|&r| {
+                        let x = inputs[r];
+                        let blocks = nodes.members(m).iter();
+                        blocks
+                            .flat_map(|&g| x[g * c..(g + 1) * c].to_vec())
+                            .collect()
+                    })
+                    .collect();
+                let runs: Vec<&[T]> = runs.iter().map(|v| v.as_slice()).collect();
+                let out = collective_by(Collective::ReduceScatter, algorithm, &runs, ring, inner);
+                for (l, &g) in nodes.members(m).iter().enumerate() {
+                    by_rank[g] = out[l].clone();
+                }
+            }
+            by_rank
+        })
+        .collect();
+    (0..world)
+        .map(|g| {
+            (0..c)
+                .map(|i| {
+                    let mut acc = part[0][g][i];
+                    for p in &part[1..] {
+                        acc = inner.apply(acc, p[g][i]);
+                    }
+                    if op == Op::Avg {
+                        op.finish(acc, world as u32)
+                    } else {
+                        acc
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// The reference of any collective on the ring: each rank's output.
 pub fn collective<T: Element>(
     c: Collective,

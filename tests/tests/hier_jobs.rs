@@ -1,7 +1,8 @@
 //! Hierarchical jobs on the CPU execution: processes of the `job` binary
 //! on simulated hosts (`RINGREDUCE_HOST_NAME`), our kernels inside a host
-//! and the test stand-in for the step between hosts. Every all-reduce
-//! matches the hierarchical reference bit for bit; a rank on the other
+//! and the test stand-in for the step between hosts. Every all-reduce,
+//! reduce-scatter and all-gather matches the hierarchical reference bit
+//! for bit; a rank on the other
 //! host killed mid-collective fails every survivor with an error naming
 //! it; hosts with different numbers of ranks fail every rank alike.
 
@@ -44,7 +45,7 @@ fn hierarchical_all_reduces_match_the_reference() {
             ];
             for (r, (code, lines)) in finish(hier_job(hosts, &extra)).into_iter().enumerate() {
                 assert!(
-                    code == 0 && lines.iter().any(|l| l == "ok 36 0"),
+                    code == 0 && lines.iter().any(|l| l == "ok 60 0"),
                     "{what}, {algo}, rank {r}: exit {code}, {lines:?}"
                 );
                 assert!(

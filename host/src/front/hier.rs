@@ -5,7 +5,7 @@
 
 use super::engine::{Comm, Engine};
 use crate::across::{Across, TcpAcross};
-use crate::bootstrap::{host_name, rendezvous, Event, Identity, Leave, UniqueId, Watch};
+use crate::bootstrap::{host_name, rendezvous, Event, Identity, Leave, UniqueId, Watch, POLL};
 use crate::collectives::Collectives;
 use crate::config::CommConfig;
 use crate::element::RsElement;
@@ -26,6 +26,10 @@ struct Card {
     device: [u8; 16],
     across: SocketAddr,
 }
+
+/// How long a failed step between nodes waits for the watch to name the
+/// rank that went (see [`HierComm::cause_of`]): many of the watch's polls.
+const CAUSE_GRACE: std::time::Duration = std::time::Duration::from_millis(1000);
 
 /// What a rank says at the last meeting: it is linked to every peer.
 const LINKED: &[u8] = b"linked";
@@ -222,6 +226,131 @@ impl<B: Engine> HierComm<B> {
         Ok(())
     }
 
+    /// Rank `g` gets `op` over every rank of block `g` of `send` (`world`
+    /// blocks of `recv`'s length), and waits for it. For each node `m`, the
+    /// blocks of `m`'s ranks (in local order) are reduce-scattered inside
+    /// this node, so local rank `l` holds this node's part of the block of
+    /// `m`'s rank `l`; the step between nodes then brings every rank each
+    /// node's part of its own block, folded in node order. `Avg` sums
+    /// throughout and divides once.
+    pub fn reduce_scatter<T: RsElement>(
+        &self,
+        send: &B::Buf<T>,
+        recv: &mut B::Buf<T>,
+        op: Op,
+    ) -> Result<()> {
+        let inner = if op == Op::Avg { Op::Sum } else { op };
+        let me = self.intra.local_ranks().start;
+        let c = <Comm<B> as Collectives>::len_of(recv);
+        let (nodes, per) = (&self.nodes, self.nodes.per_node());
+        if c == 0 {
+            return Ok(());
+        }
+        let input = self.intra.read(me, send, 0..c * nodes.world())?;
+        // Node m's run: its ranks' blocks in local order; each run is
+        // reduce-scattered in place, so local rank l keeps block l of it.
+        let mut partial = Vec::with_capacity(nodes.count() * c);
+        for m in 0..nodes.count() {
+            let run: Vec<T> = nodes
+                .members(m)
+                .iter()
+                .flat_map(|&g| input[g * c..(g + 1) * c].iter().copied())
+                .collect();
+            let mut buf = self.intra.upload(me, &run)?;
+            let mut r = [Region::InPlace {
+                buf: &mut buf,
+                at: 0..per * c,
+            }];
+            self.intra.reduce_scatter(&mut r, inner)?;
+            self.intra.synchronize()?;
+            partial.extend(self.intra.read(me, &buf, me * c..(me + 1) * c)?);
+        }
+        // Every node's parts; this rank's block is run `node` of each.
+        let all = self.gather_across(&partial)?;
+        let node = nodes.node_of(self.rank);
+        let world = nodes.world() as u32;
+        let per_member = nodes.count() * c;
+        let out: Vec<T> = (0..c)
+            .map(|i| {
+                let at = |m: usize| all[m * per_member + node * c + i];
+                let mut acc = at(0);
+                for m in 1..nodes.count() {
+                    acc = inner.apply(acc, at(m));
+                }
+                if op == Op::Avg {
+                    op.finish(acc, world)
+                } else {
+                    acc
+                }
+            })
+            .collect();
+        self.intra.write(me, recv, 0, &out)
+    }
+
+    /// Every rank gets every rank's `send` (as long on every rank), in
+    /// rank order, in `recv`, and waits for it: an all-gather inside the
+    /// node, then of the node's blocks across nodes.
+    pub fn all_gather<T: RsElement>(&self, send: &B::Buf<T>, recv: &mut B::Buf<T>) -> Result<()> {
+        let me = self.intra.local_ranks().start;
+        let c = <Comm<B> as Collectives>::len_of(send);
+        let (nodes, per) = (&self.nodes, self.nodes.per_node());
+        if c == 0 {
+            return Ok(());
+        }
+        let mine = self.intra.read(me, send, 0..c)?;
+        let mut run = self
+            .intra
+            .upload(me, &vec![<T as bytemuck::Zeroable>::zeroed(); per * c])?;
+        self.intra.write(me, &mut run, me * c, &mine)?;
+        let mut r = [Region::InPlace {
+            buf: &mut run,
+            at: 0..per * c,
+        }];
+        self.intra.all_gather(&mut r)?;
+        self.intra.synchronize()?;
+        let node_blocks = self.intra.read(me, &run, 0..per * c)?;
+        let all = self.gather_across(&node_blocks)?;
+        let mut out = vec![T::zeroed(); nodes.world() * c];
+        for m in 0..nodes.count() {
+            for (l, &g) in nodes.members(m).iter().enumerate() {
+                let from = m * per * c + l * c;
+                out[g * c..(g + 1) * c].copy_from_slice(&all[from..from + c]);
+            }
+        }
+        self.intra.write(me, recv, 0, &out)
+    }
+
+    /// Every node's `mine` (as long on every node), in node order: the
+    /// step between nodes, reporting what the watch heard if it cut the
+    /// step short.
+    fn gather_across<T: RsElement>(&self, mine: &[T]) -> Result<Vec<T>> {
+        let mut all = vec![T::zeroed(); mine.len() * self.across.members()];
+        let moved = self.across.all_gather(
+            bytemuck::cast_slice(mine),
+            bytemuck::cast_slice_mut(&mut all),
+        );
+        moved.map_err(|e| self.cause_of(e))?;
+        Ok(all)
+    }
+
+    /// The error to report for a failed step between nodes: what the
+    /// watch heard, if it hears something within a grace of many of its
+    /// polls. A member of this rank's group that gave up because a rank
+    /// elsewhere died closes its links before this rank's watch may have
+    /// heard of that death, and the death is what every rank must name.
+    fn cause_of(&self, e: Error) -> Error {
+        let grace = std::time::Instant::now() + CAUSE_GRACE;
+        loop {
+            if let Some(c) = self.cause.get() {
+                return c.clone();
+            }
+            if std::time::Instant::now() >= grace {
+                return e;
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
     /// Replaces `at` of `buf` by `op` over every node's `at`, in node
     /// order: the step between nodes.
     fn fold_across<T: RsElement>(
@@ -232,13 +361,7 @@ impl<B: Engine> HierComm<B> {
     ) -> Result<()> {
         let me = self.intra.local_ranks().start;
         let mine = self.intra.read(me, buf, at.clone())?;
-        let mut all = vec![T::zeroed(); mine.len() * self.across.members()];
-        self.across
-            .all_gather(
-                bytemuck::cast_slice(&mine),
-                bytemuck::cast_slice_mut(&mut all),
-            )
-            .map_err(|e| self.cause.get().cloned().unwrap_or(e))?;
+        let all = self.gather_across(&mine)?;
         let parts: Vec<&[T]> = all.chunks(mine.len().max(1)).collect();
         let folded: Vec<T> = (0..mine.len())
             .map(|i| {

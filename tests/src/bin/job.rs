@@ -22,8 +22,8 @@
 //!   others run an all-reduce and print how it ended.
 //!
 //! - `hier`: a hierarchical job (`HierComm`, hosts from
-//!   `RINGREDUCE_HOST_NAME`): all-reduces over a sample of types, ops and
-//!   counts, each checked bit for bit against the hierarchical reference;
+//!   `RINGREDUCE_HOST_NAME`): all-reduces, reduce-scatters and all-gathers
+//!   over a sample of types, ops and counts (outputs poisoned first), each checked bit for bit against the hierarchical reference;
 //!   prints `ok <cases> <wrong>`. `hier-stall:<r>`: rank `r` waits forever
 //!   after joining; the others run a large all-reduce and print how it
 //!   ended.
@@ -337,6 +337,50 @@ fn hier_case<T: Gen>(comm: &HierComm<CpuBackend>, n: usize, op: Op, seed: u64) -
     Ok(g.chunks(t).zip(w.chunks(t)).filter(|(a, b)| a != b).count() + got.len().abs_diff(n))
 }
 
+/// A reduce-scatter (`op`) or, with `None`, an all-gather of `c`
+/// elements per rank on every rank of a hierarchical job; the elements of
+/// this rank's output that differ from the reference.
+fn hier_rs_ag<T: Gen>(
+    comm: &HierComm<CpuBackend>,
+    c: usize,
+    op: Option<Op>,
+    seed: u64,
+) -> Result<usize> {
+    let (rank, world) = (comm.rank(), comm.nodes().world());
+    let intra = comm.intra();
+    let me = intra.local_ranks().start;
+    let send_len = if op.is_some() { world * c } else { c };
+    let all = inputs::<T>(seed, world, send_len);
+    let send = intra.upload(me, &all[rank])?;
+    let recv_len = if op.is_some() { c } else { world * c };
+    let poison = inputs::<T>(!seed, 1, recv_len).remove(0);
+    let mut recv = intra.upload(me, &poison)?;
+    let refs: Vec<&[T]> = all.iter().map(|v| v.as_slice()).collect();
+    let want = match op {
+        Some(op) => {
+            comm.reduce_scatter(&send, &mut recv, op)?;
+            let algo = intra.algorithm_for::<T>(Collective::ReduceScatter, c)?;
+            let r = ringreduce::reference::hierarchical_reduce_scatter(
+                &refs,
+                comm.nodes(),
+                algo,
+                intra.ring_order(),
+                op,
+            );
+            r[rank].clone()
+        }
+        None => {
+            comm.all_gather(&send, &mut recv)?;
+            refs.concat()
+        }
+    };
+    let got = intra.download(me, &recv)?;
+    let t = std::mem::size_of::<T>();
+    let (g, w): (&[u8], &[u8]) = (bytemuck::cast_slice(&got), bytemuck::cast_slice(&want));
+    Ok(g.chunks(t).zip(w.chunks(t)).filter(|(a, b)| a != b).count()
+        + got.len().abs_diff(want.len()))
+}
+
 /// `hier` and `hier-stall:<r>`.
 fn hier(comm: &HierComm<CpuBackend>, mode: &str, who: Option<usize>) -> Result<String> {
     if mode == "hier-stall" {
@@ -362,6 +406,26 @@ fn hier(comm: &HierComm<CpuBackend>, mode: &str, who: Option<usize>) -> Result<S
         for (j, x) in w.iter().enumerate() {
             if *x > 0 {
                 say(&format!("wrong {x} (count {n}, case {j})"));
+            }
+        }
+        cases += w.len();
+        wrong += w.iter().sum::<usize>();
+    }
+    for (i, &c) in [0usize, 1, 3, 1000].iter().enumerate() {
+        let seed = 9 << 32 | i as u64;
+        let w = [
+            hier_rs_ag::<f32>(comm, c, Some(Op::Sum), seed)?,
+            hier_rs_ag::<f32>(comm, c, Some(Op::Avg), seed + 1)?,
+            hier_rs_ag::<i32>(comm, c, Some(Op::Max), seed + 2)?,
+            hier_rs_ag::<half::bf16>(comm, c, Some(Op::Sum), seed + 3)?,
+            hier_rs_ag::<f64>(comm, c, None, seed + 4)?,
+            hier_rs_ag::<u8>(comm, c, None, seed + 5)?,
+        ];
+        for (j, x) in w.iter().enumerate() {
+            if *x > 0 {
+                say(&format!(
+                    "wrong {x} (block {c}, reduce-scatter/all-gather case {j})"
+                ));
             }
         }
         cases += w.len();
