@@ -1,19 +1,16 @@
-//! A rank of a job whose ranks span hosts: our kernels among the ranks of
-//! its host ([`Comm`], one process per rank) and the step between nodes
-//! ([`Across`]) among the ranks of its local index. The schedule and its
-//! fold order are in `docs/beyond-one-node.md`.
+//! Joining a job whose ranks span hosts: one rendezvous of the whole job
+//! finds the hosts, then each rank joins its host's ranks ([`Comm`], one
+//! process per rank) and links to the ranks of its local index on the
+//! other hosts (the step between nodes, [`Across`]). The collectives on top
+//! are `crate::hier`'s.
 
 use super::engine::{Comm, Engine};
 use crate::across::{Across, TcpAcross};
-use crate::bootstrap::{host_name, rendezvous, Event, Identity, Leave, UniqueId, Watch, POLL};
-use crate::collectives::Collectives;
+use crate::bootstrap::{host_name, rendezvous, Event, Identity, UniqueId, Watch};
 use crate::config::CommConfig;
-use crate::element::RsElement;
 use crate::error::{Error, Result};
 use crate::job::Table;
 use crate::nodes::Nodes;
-use crate::region::Region;
-use ringreduce_kernels::Op;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -27,31 +24,26 @@ struct Card {
     across: SocketAddr,
 }
 
-/// How long a failed step between nodes waits for the watch to name the
-/// rank that went (see [`HierComm::cause_of`]): many of the watch's polls.
-const CAUSE_GRACE: std::time::Duration = std::time::Duration::from_millis(1000);
-
 /// What a rank says at the last meeting: it is linked to every peer.
 const LINKED: &[u8] = b"linked";
 
-/// One rank of a hierarchical job.
-pub struct HierComm<B: Engine> {
+/// A rank joined to a job across hosts.
+pub(crate) struct Joined<B: Engine> {
     /// This rank's node's communicator: it holds the rank's local index.
-    intra: Comm<B>,
+    pub intra: Comm<B>,
     /// The step between nodes among the ranks of this local index.
-    across: Arc<dyn Across>,
-    nodes: Nodes,
-    rank: usize,
+    pub across: Arc<dyn Across>,
+    pub nodes: Nodes,
     /// The whole job's watch: a lost peer anywhere stops every rank.
-    watch: Option<Watch>,
+    pub watch: Watch,
     /// What the watch heard first: the step between nodes, cut short by
     /// it, reports this rather than the link it was reading.
-    cause: Arc<OnceLock<Error>>,
+    pub cause: Arc<OnceLock<Error>>,
 }
 
-impl<B: Engine> HierComm<B> {
+impl<B: Engine> Joined<B> {
     /// Rank `rank` of a job of `world` processes sharing `id`, whose
-    /// ranks may span hosts: hosts come from the rendezvous (each rank's
+    /// ranks may span hosts (see `HierComm::init_rank`): hosts come from the rendezvous (each rank's
     /// host name, or `RINGREDUCE_HOST_NAME`), every host must hold as many
     /// ranks ([`Error::UnevenNodes`]), and every rank fails with the same
     /// typed error as [`Comm::init_rank`] does.
@@ -64,7 +56,7 @@ impl<B: Engine> HierComm<B> {
         world: usize,
         device: usize,
         config: CommConfig,
-    ) -> Result<Self> {
+    ) -> Result<Joined<B>> {
         if world == 0 {
             return Err(Error::ZeroRanks);
         }
@@ -143,249 +135,12 @@ impl<B: Engine> HierComm<B> {
             cut.abort();
             alarm(e)
         })?;
-        Ok(HierComm {
+        Ok(Joined {
             intra: Comm { b, job: None },
             across,
             nodes,
-            rank,
-            watch: Some(watch),
+            watch,
             cause,
         })
-    }
-
-    /// The job's nodes.
-    pub fn nodes(&self) -> &Nodes {
-        &self.nodes
-    }
-
-    /// This rank.
-    pub fn rank(&self) -> usize {
-        self.rank
-    }
-
-    /// This rank's node's communicator (its rank there is the local index).
-    pub fn intra(&self) -> &Comm<B> {
-        &self.intra
-    }
-
-    /// Makes every rank of the job give up.
-    pub fn abort(&self) {
-        self.intra.abort();
-        self.across.abort();
-        if let Some(w) = &self.watch {
-            w.abort();
-        }
-    }
-}
-
-impl<B: Engine> HierComm<B> {
-    /// In place, `op` over every rank's `buf` (the same length on every
-    /// rank), and waits for it: a reduce-scatter inside the node, the
-    /// rank's shard across nodes folded in node order, an all-gather inside
-    /// the node. The elements past the last whole shard (fewer than a
-    /// node's ranks) are all-reduced inside the node and folded across
-    /// nodes the same way. `Avg` sums throughout and divides once, by the
-    /// job's size.
-    pub fn all_reduce<T: RsElement>(&self, buf: &mut B::Buf<T>, op: Op) -> Result<()> {
-        let inner = if op == Op::Avg { Op::Sum } else { op };
-        let n = <Comm<B> as Collectives>::len_of(buf);
-        let (l, per) = (self.nodes.local_of(self.rank), self.nodes.per_node());
-        let c = n / per;
-        let main = c * per;
-        if c > 0 {
-            let mut r = [Region::InPlace {
-                buf: &mut *buf,
-                at: 0..main,
-            }];
-            self.intra.reduce_scatter(&mut r, inner)?;
-            self.intra.synchronize()?;
-            self.fold_across(buf, l * c..(l + 1) * c, inner)?;
-            let mut r = [Region::InPlace {
-                buf: &mut *buf,
-                at: 0..main,
-            }];
-            self.intra.all_gather(&mut r)?;
-            self.intra.synchronize()?;
-        }
-        if main < n {
-            let mut r = [Region::InPlace {
-                buf: &mut *buf,
-                at: main..n,
-            }];
-            self.intra.all_reduce(&mut r, inner)?;
-            self.intra.synchronize()?;
-            self.fold_across(buf, main..n, inner)?;
-        }
-        if op == Op::Avg {
-            let me = self.intra.local_ranks().start;
-            let world = self.nodes.world() as u32;
-            let sums = self.intra.read(me, buf, 0..n)?;
-            let avg: Vec<T> = sums.into_iter().map(|s| op.finish(s, world)).collect();
-            self.intra.write(me, buf, 0, &avg)?;
-        }
-        Ok(())
-    }
-
-    /// Rank `g` gets `op` over every rank of block `g` of `send` (`world`
-    /// blocks of `recv`'s length), and waits for it. For each node `m`, the
-    /// blocks of `m`'s ranks (in local order) are reduce-scattered inside
-    /// this node, so local rank `l` holds this node's part of the block of
-    /// `m`'s rank `l`; the step between nodes then brings every rank each
-    /// node's part of its own block, folded in node order. `Avg` sums
-    /// throughout and divides once.
-    pub fn reduce_scatter<T: RsElement>(
-        &self,
-        send: &B::Buf<T>,
-        recv: &mut B::Buf<T>,
-        op: Op,
-    ) -> Result<()> {
-        let inner = if op == Op::Avg { Op::Sum } else { op };
-        let me = self.intra.local_ranks().start;
-        let c = <Comm<B> as Collectives>::len_of(recv);
-        let (nodes, per) = (&self.nodes, self.nodes.per_node());
-        if c == 0 {
-            return Ok(());
-        }
-        let input = self.intra.read(me, send, 0..c * nodes.world())?;
-        // Node m's run: its ranks' blocks in local order; each run is
-        // reduce-scattered in place, so local rank l keeps block l of it.
-        let mut partial = Vec::with_capacity(nodes.count() * c);
-        for m in 0..nodes.count() {
-            let run: Vec<T> = nodes
-                .members(m)
-                .iter()
-                .flat_map(|&g| input[g * c..(g + 1) * c].iter().copied())
-                .collect();
-            let mut buf = self.intra.upload(me, &run)?;
-            let mut r = [Region::InPlace {
-                buf: &mut buf,
-                at: 0..per * c,
-            }];
-            self.intra.reduce_scatter(&mut r, inner)?;
-            self.intra.synchronize()?;
-            partial.extend(self.intra.read(me, &buf, me * c..(me + 1) * c)?);
-        }
-        // Every node's parts; this rank's block is run `node` of each.
-        let all = self.gather_across(&partial)?;
-        let node = nodes.node_of(self.rank);
-        let world = nodes.world() as u32;
-        let per_member = nodes.count() * c;
-        let out: Vec<T> = (0..c)
-            .map(|i| {
-                let at = |m: usize| all[m * per_member + node * c + i];
-                let mut acc = at(0);
-                for m in 1..nodes.count() {
-                    acc = inner.apply(acc, at(m));
-                }
-                if op == Op::Avg {
-                    op.finish(acc, world)
-                } else {
-                    acc
-                }
-            })
-            .collect();
-        self.intra.write(me, recv, 0, &out)
-    }
-
-    /// Every rank gets every rank's `send` (as long on every rank), in
-    /// rank order, in `recv`, and waits for it: an all-gather inside the
-    /// node, then of the node's blocks across nodes.
-    pub fn all_gather<T: RsElement>(&self, send: &B::Buf<T>, recv: &mut B::Buf<T>) -> Result<()> {
-        let me = self.intra.local_ranks().start;
-        let c = <Comm<B> as Collectives>::len_of(send);
-        let (nodes, per) = (&self.nodes, self.nodes.per_node());
-        if c == 0 {
-            return Ok(());
-        }
-        let mine = self.intra.read(me, send, 0..c)?;
-        let mut run = self
-            .intra
-            .upload(me, &vec![<T as bytemuck::Zeroable>::zeroed(); per * c])?;
-        self.intra.write(me, &mut run, me * c, &mine)?;
-        let mut r = [Region::InPlace {
-            buf: &mut run,
-            at: 0..per * c,
-        }];
-        self.intra.all_gather(&mut r)?;
-        self.intra.synchronize()?;
-        let node_blocks = self.intra.read(me, &run, 0..per * c)?;
-        let all = self.gather_across(&node_blocks)?;
-        let mut out = vec![T::zeroed(); nodes.world() * c];
-        for m in 0..nodes.count() {
-            for (l, &g) in nodes.members(m).iter().enumerate() {
-                let from = m * per * c + l * c;
-                out[g * c..(g + 1) * c].copy_from_slice(&all[from..from + c]);
-            }
-        }
-        self.intra.write(me, recv, 0, &out)
-    }
-
-    /// Every node's `mine` (as long on every node), in node order: the
-    /// step between nodes, reporting what the watch heard if it cut the
-    /// step short.
-    fn gather_across<T: RsElement>(&self, mine: &[T]) -> Result<Vec<T>> {
-        let mut all = vec![T::zeroed(); mine.len() * self.across.members()];
-        let moved = self.across.all_gather(
-            bytemuck::cast_slice(mine),
-            bytemuck::cast_slice_mut(&mut all),
-        );
-        moved.map_err(|e| self.cause_of(e))?;
-        Ok(all)
-    }
-
-    /// The error to report for a failed step between nodes: what the
-    /// watch heard, if it hears something within a grace of many of its
-    /// polls. A member of this rank's group that gave up because a rank
-    /// elsewhere died closes its links before this rank's watch may have
-    /// heard of that death, and the death is what every rank must name.
-    fn cause_of(&self, e: Error) -> Error {
-        let grace = std::time::Instant::now() + CAUSE_GRACE;
-        loop {
-            if let Some(c) = self.cause.get() {
-                return c.clone();
-            }
-            if std::time::Instant::now() >= grace {
-                return e;
-            }
-            std::thread::sleep(POLL);
-        }
-    }
-
-    /// Replaces `at` of `buf` by `op` over every node's `at`, in node
-    /// order: the step between nodes.
-    fn fold_across<T: RsElement>(
-        &self,
-        buf: &mut B::Buf<T>,
-        at: std::ops::Range<usize>,
-        op: Op,
-    ) -> Result<()> {
-        let me = self.intra.local_ranks().start;
-        let mine = self.intra.read(me, buf, at.clone())?;
-        let all = self.gather_across(&mine)?;
-        let parts: Vec<&[T]> = all.chunks(mine.len().max(1)).collect();
-        let folded: Vec<T> = (0..mine.len())
-            .map(|i| {
-                let mut acc = parts[0][i];
-                for p in &parts[1..] {
-                    acc = op.apply(acc, p[i]);
-                }
-                acc
-            })
-            .collect();
-        self.intra.write(me, buf, at.start, &folded)
-    }
-}
-
-/// Leaves in order, as [`Comm`] does: the node's work ends and it lets go
-/// of its peers, then waits for every rank of the job.
-impl<B: Engine> Drop for HierComm<B> {
-    fn drop(&mut self) {
-        if let Some(watch) = self.watch.take() {
-            self.intra.b.release_peers();
-            let wait = self.intra.b.state().config.effective_timeout();
-            if watch.leave(wait) == Leave::TimedOut {
-                self.intra.b.abandon();
-            }
-        }
     }
 }

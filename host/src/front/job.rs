@@ -94,19 +94,26 @@ impl<B: Engine> Comm<B> {
     }
 }
 
-/// A rank of a job leaves in order: its work ends and it lets go of its
-/// peers' memory, then it waits until they let go of its own (bounded by
-/// the timeout) before the backend frees it, since a GPU's IPC memory
-/// must not be freed while another process maps it. Dropping the ranks in
-/// any order, or some never (a dead process), is safe.
+impl<B: Engine> Comm<B> {
+    /// Leaves the job `watch` watches in order: this rank's work ends and
+    /// it lets go of its peers' memory, then it waits until they let go of
+    /// its own (bounded by the timeout) before the backend frees it, since
+    /// a GPU's IPC memory must not be freed while another process maps it.
+    pub(crate) fn leave(&mut self, watch: Watch) {
+        self.b.release_peers();
+        let wait = self.b.state().config.effective_timeout();
+        if watch.leave(wait) == Leave::TimedOut {
+            self.b.abandon();
+        }
+    }
+}
+
+/// A rank of a job leaves in order (`Comm::leave`). Dropping the ranks
+/// in any order, or some never (a dead process), is safe.
 impl<B: Engine> Drop for Comm<B> {
     fn drop(&mut self) {
         if let Some(watch) = self.job.take() {
-            self.b.release_peers();
-            let wait = self.b.state().config.effective_timeout();
-            if watch.leave(wait) == Leave::TimedOut {
-                self.b.abandon();
-            }
+            self.leave(watch);
         }
     }
 }

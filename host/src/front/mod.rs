@@ -11,7 +11,7 @@ mod job;
 
 pub use engine::Comm;
 pub(crate) use engine::{Alarm, Engine};
-pub use hier::HierComm;
+pub(crate) use hier::Joined;
 
 use crate::config::CommConfig;
 use crate::element::RsElement;
