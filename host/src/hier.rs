@@ -86,15 +86,22 @@ impl<B: Backend> HierComm<B> {
     }
 
     /// In place, `op` over every rank's `buf` (the same length on every
-    /// rank), and waits for it: a reduce-scatter inside the node, the
+    /// rank), and waits for it. On one host, the host's all-reduce; across
+    /// hosts, a reduce-scatter inside the node, the
     /// rank's shard across nodes folded in node order, an all-gather inside
     /// the node. The elements past the last whole shard (fewer than a
     /// node's ranks) are all-reduced inside the node and folded across
     /// nodes the same way. `Avg` sums throughout and divides once, by the
     /// job's size.
     pub fn all_reduce<T: RsElement>(&self, buf: &mut B::Buf<T>, op: Op) -> Result<()> {
-        let inner = if op == Op::Avg { Op::Sum } else { op };
         let n = <Comm<B> as Collectives>::len_of(buf);
+        if self.nodes.is_one_node() {
+            // One host: the host's own all-reduce, as a flat job runs it.
+            let mut r = [Region::InPlace { buf, at: 0..n }];
+            self.intra.all_reduce(&mut r, op)?;
+            return self.intra.synchronize();
+        }
+        let inner = if op == Op::Avg { Op::Sum } else { op };
         let (l, per) = (self.nodes.local_of(self.rank), self.nodes.per_node());
         let c = n / per;
         let main = c * per;
@@ -133,7 +140,8 @@ impl<B: Backend> HierComm<B> {
     }
 
     /// Rank `g` gets `op` over every rank of block `g` of `send` (`world`
-    /// blocks of `recv`'s length), and waits for it. For each node `m`, the
+    /// blocks of `recv`'s length), and waits for it. On one host, the
+    /// host's reduce-scatter. Across hosts: for each node `m`, the
     /// blocks of `m`'s ranks (in local order) are reduce-scattered inside
     /// this node, so local rank `l` holds this node's part of the block of
     /// `m`'s rank `l`; the step between nodes then brings every rank each
@@ -151,6 +159,16 @@ impl<B: Backend> HierComm<B> {
         let (nodes, per) = (&self.nodes, self.nodes.per_node());
         if c == 0 {
             return Ok(());
+        }
+        if nodes.is_one_node() {
+            let mut r = [Region::OutOfPlace {
+                send,
+                send_at: 0..per * c,
+                recv,
+                recv_at: 0..c,
+            }];
+            self.intra.reduce_scatter(&mut r, op)?;
+            return self.intra.synchronize();
         }
         let input = self.intra.read(me, send, 0..c * nodes.world())?;
         // Node m's run: its ranks' blocks in local order; each run is
@@ -194,14 +212,25 @@ impl<B: Backend> HierComm<B> {
     }
 
     /// Every rank gets every rank's `send` (as long on every rank), in
-    /// rank order, in `recv`, and waits for it: an all-gather inside the
-    /// node, then of the node's blocks across nodes.
+    /// rank order, in `recv`, and waits for it: on one host the host's
+    /// all-gather; across hosts an all-gather inside the node, then of the
+    /// node's blocks across nodes.
     pub fn all_gather<T: RsElement>(&self, send: &B::Buf<T>, recv: &mut B::Buf<T>) -> Result<()> {
         let me = self.intra.local_ranks().start;
         let c = <Comm<B> as Collectives>::len_of(send);
         let (nodes, per) = (&self.nodes, self.nodes.per_node());
         if c == 0 {
             return Ok(());
+        }
+        if nodes.is_one_node() {
+            let mut r = [Region::OutOfPlace {
+                send,
+                send_at: 0..c,
+                recv,
+                recv_at: 0..per * c,
+            }];
+            self.intra.all_gather(&mut r)?;
+            return self.intra.synchronize();
         }
         let mine = self.intra.read(me, send, 0..c)?;
         let mut run = self

@@ -139,23 +139,30 @@ pub fn collective_by<T: Element>(
 }
 
 /// The reference of [`HierComm::all_reduce`](crate::HierComm::all_reduce)
-/// (every rank's output is the same): inside each node, the reduce-scatter
-/// of the whole shards as `shard_algorithm` folds it and the all-reduce of
-/// the tail as `tail_algorithm` does, on the node's `ring`; then across
-/// nodes in node order; `Avg` sums and divides once by the job's size.
-/// `inputs` are by job rank.
+/// (every rank's output is the same). `algorithm_for(c, count)` is the
+/// algorithm a host's call of `c` runs (`Comm::algorithm_for`). On one
+/// host, the host's all-reduce. Across hosts: inside each node, the
+/// reduce-scatter of the whole shards and the all-reduce of the tail, on
+/// the node's `ring`; then across nodes in node order; `Avg` sums and
+/// divides once by the job's size. `inputs` are by job rank.
 pub fn hierarchical_all_reduce<T: Element>(
     inputs: &[&[T]],
     nodes: &crate::nodes::Nodes,
-    shard_algorithm: Algorithm,
-    tail_algorithm: Algorithm,
+    algorithm_for: impl Fn(Collective, usize) -> Algorithm,
     ring: &RingOrder,
     op: Op,
 ) -> Vec<T> {
-    let inner = if op == Op::Avg { Op::Sum } else { op };
     let n = inputs.first().map_or(0, |x| x.len());
+    if nodes.is_one_node() {
+        let algorithm = algorithm_for(Collective::AllReduce, n);
+        let mut out = collective_by(Collective::AllReduce, algorithm, inputs, ring, op);
+        return out.swap_remove(0);
+    }
+    let inner = if op == Op::Avg { Op::Sum } else { op };
     let per = nodes.per_node();
     let main = n / per * per;
+    let shard_algorithm = algorithm_for(Collective::ReduceScatter, n / per);
+    let tail_algorithm = algorithm_for(Collective::AllReduce, n - main);
     let partials: Vec<Vec<T>> = (0..nodes.count())
         .map(|m| {
             let ins: Vec<&[T]> = nodes.members(m).iter().map(|&r| inputs[r]).collect();

@@ -319,15 +319,12 @@ fn hier_case<T: Gen>(comm: &HierComm<CpuBackend>, n: usize, op: Op, seed: u64) -
     let mut buf = intra.upload(me, &all[rank])?;
     comm.all_reduce(&mut buf, op)?;
     let got = intra.download(me, &buf)?;
-    let per = comm.nodes().per_node();
-    let shard = intra.algorithm_for::<T>(Collective::ReduceScatter, n / per)?;
-    let tail = intra.algorithm_for::<T>(Collective::AllReduce, n % per)?;
     let refs: Vec<&[T]> = all.iter().map(|v| v.as_slice()).collect();
+    let algorithm_for = |c, count| intra.algorithm_for::<T>(c, count).expect("an algorithm");
     let want = ringreduce::reference::hierarchical_all_reduce(
         &refs,
         comm.nodes(),
-        shard,
-        tail,
+        algorithm_for,
         intra.ring_order(),
         op,
     );
