@@ -125,8 +125,34 @@ fn gpu_job_abort(dev: usize) {
     assert_eq!(code, 0, "{lines:?}");
 }
 
+/// A hierarchical job of GPU ranks on simulated hosts: our kernels among
+/// a host's processes (CUDA IPC), the test stand-in between hosts; every
+/// case bit for bit against the hierarchical reference.
+fn gpu_hierarchical_job(dev: usize) {
+    let hosts = ["a", "a", "b", "b"];
+    let count = ringreduce::gpu::device_count().unwrap_or(1).max(1);
+    let extra = [
+        ("RINGREDUCE_TEST_JOB", "hier".to_string()),
+        ("RINGREDUCE_TEST_GPU", "1".to_string()),
+    ];
+    let ranks = ringreduce_tests::procs::job(&bin(), hosts.len(), &extra, |r| {
+        vec![
+            ("RINGREDUCE_HOST_NAME", hosts[r].to_string()),
+            ("RINGREDUCE_TEST_DEVICE", ((dev + r) % count).to_string()),
+        ]
+    });
+    for (r, rank) in ranks.into_iter().enumerate() {
+        let (code, lines) = rank.finish();
+        assert!(
+            code == 0 && lines.iter().any(|l| l == "ok 60 0"),
+            "rank {r}: exit {code}, {lines:?}"
+        );
+    }
+}
+
 fn main() -> std::process::ExitCode {
     run_gpu_tests(&[
+        ("gpu_hierarchical_job", gpu_hierarchical_job),
         ("gpu_job_matrix", gpu_job_matrix),
         ("gpu_job_grad", gpu_job_grad),
         ("gpu_two_jobs_at_once", gpu_two_jobs_at_once),

@@ -311,7 +311,7 @@ where
 
 /// One all-reduce of `n` elements of `T` on every rank of a hierarchical
 /// job; the elements of this rank's output that differ from the reference.
-fn hier_case<T: Gen>(comm: &HierComm<CpuBackend>, n: usize, op: Op, seed: u64) -> Result<usize> {
+fn hier_case<B: Backend, T: Gen>(comm: &HierComm<B>, n: usize, op: Op, seed: u64) -> Result<usize> {
     let (rank, world) = (comm.rank(), comm.nodes().world());
     let all = inputs::<T>(seed, world, n);
     let intra = comm.intra();
@@ -337,8 +337,8 @@ fn hier_case<T: Gen>(comm: &HierComm<CpuBackend>, n: usize, op: Op, seed: u64) -
 /// A reduce-scatter (`op`) or, with `None`, an all-gather of `c`
 /// elements per rank on every rank of a hierarchical job; the elements of
 /// this rank's output that differ from the reference.
-fn hier_rs_ag<T: Gen>(
-    comm: &HierComm<CpuBackend>,
+fn hier_rs_ag<B: Backend, T: Gen>(
+    comm: &HierComm<B>,
     c: usize,
     op: Option<Op>,
     seed: u64,
@@ -379,26 +379,26 @@ fn hier_rs_ag<T: Gen>(
 }
 
 /// `hier` and `hier-stall:<r>`.
-fn hier(comm: &HierComm<CpuBackend>, mode: &str, who: Option<usize>) -> Result<String> {
+fn hier<B: Backend>(comm: &HierComm<B>, mode: &str, who: Option<usize>) -> Result<String> {
     if mode == "hier-stall" {
         if Some(comm.rank()) == who {
             loop {
                 std::thread::sleep(Duration::from_secs(60));
             }
         }
-        return hier_case::<f32>(comm, 1 << 20, Op::Sum, 1).map(|w| format!("done {w}"));
+        return hier_case::<B, f32>(comm, 1 << 20, Op::Sum, 1).map(|w| format!("done {w}"));
     }
     let counts = [0usize, 1, 3, 8, 1000, 40_001];
     let (mut cases, mut wrong) = (0, 0);
     for (i, &n) in counts.iter().enumerate() {
         let seed = 7 << 32 | i as u64;
         let w = [
-            hier_case::<f32>(comm, n, Op::Sum, seed)?,
-            hier_case::<f32>(comm, n, Op::Avg, seed + 1)?,
-            hier_case::<f64>(comm, n, Op::Min, seed + 2)?,
-            hier_case::<i32>(comm, n, Op::Prod, seed + 3)?,
-            hier_case::<u8>(comm, n, Op::Max, seed + 4)?,
-            hier_case::<half::bf16>(comm, n, Op::Sum, seed + 5)?,
+            hier_case::<B, f32>(comm, n, Op::Sum, seed)?,
+            hier_case::<B, f32>(comm, n, Op::Avg, seed + 1)?,
+            hier_case::<B, f64>(comm, n, Op::Min, seed + 2)?,
+            hier_case::<B, i32>(comm, n, Op::Prod, seed + 3)?,
+            hier_case::<B, u8>(comm, n, Op::Max, seed + 4)?,
+            hier_case::<B, half::bf16>(comm, n, Op::Sum, seed + 5)?,
         ];
         for (j, x) in w.iter().enumerate() {
             if *x > 0 {
@@ -411,12 +411,12 @@ fn hier(comm: &HierComm<CpuBackend>, mode: &str, who: Option<usize>) -> Result<S
     for (i, &c) in [0usize, 1, 3, 1000].iter().enumerate() {
         let seed = 9 << 32 | i as u64;
         let w = [
-            hier_rs_ag::<f32>(comm, c, Some(Op::Sum), seed)?,
-            hier_rs_ag::<f32>(comm, c, Some(Op::Avg), seed + 1)?,
-            hier_rs_ag::<i32>(comm, c, Some(Op::Max), seed + 2)?,
-            hier_rs_ag::<half::bf16>(comm, c, Some(Op::Sum), seed + 3)?,
-            hier_rs_ag::<f64>(comm, c, None, seed + 4)?,
-            hier_rs_ag::<u8>(comm, c, None, seed + 5)?,
+            hier_rs_ag::<B, f32>(comm, c, Some(Op::Sum), seed)?,
+            hier_rs_ag::<B, f32>(comm, c, Some(Op::Avg), seed + 1)?,
+            hier_rs_ag::<B, i32>(comm, c, Some(Op::Max), seed + 2)?,
+            hier_rs_ag::<B, half::bf16>(comm, c, Some(Op::Sum), seed + 3)?,
+            hier_rs_ag::<B, f64>(comm, c, None, seed + 4)?,
+            hier_rs_ag::<B, u8>(comm, c, None, seed + 5)?,
         ];
         for (j, x) in w.iter().enumerate() {
             if *x > 0 {
@@ -431,12 +431,14 @@ fn hier(comm: &HierComm<CpuBackend>, mode: &str, who: Option<usize>) -> Result<S
     Ok(format!("ok {cases} {wrong}"))
 }
 
-/// A rank of a hierarchical job of the CPU execution.
-fn run_hier(mode: &str, who: Option<usize>) -> std::process::ExitCode {
+/// A rank of a hierarchical job, on the device `RINGREDUCE_TEST_DEVICE`
+/// names (else the local rank's) for GPU ranks.
+fn run_hier<B: Backend>(mode: &str, who: Option<usize>) -> std::process::ExitCode {
     let t = Instant::now();
     let joined = ringreduce::bootstrap::Launch::from_env().and_then(|l| {
         let id = l.unique_id()?;
-        HierComm::<CpuBackend>::init_rank(&id, l.rank, l.world, 0, config())
+        let device = ms("RINGREDUCE_TEST_DEVICE").map_or(l.local_rank, |d| d as usize);
+        HierComm::<B>::init_rank(&id, l.rank, l.world, device, config())
     });
     let comm = match joined {
         Ok(c) => c,
@@ -469,7 +471,11 @@ fn main() -> std::process::ExitCode {
             Some((m, r)) => (m.to_string(), r.parse::<usize>().ok()),
             None => (job.clone(), None),
         };
-        return run_hier(&mode, who);
+        return if var("RINGREDUCE_TEST_GPU").is_some() {
+            run_hier::<GpuBackend>(&mode, who)
+        } else {
+            run_hier::<CpuBackend>(&mode, who)
+        };
     }
     if var("RINGREDUCE_TEST_GPU").is_some() {
         run::<GpuBackend>()
