@@ -112,7 +112,7 @@ impl<B: Backend> HierComm<B> {
             }];
             self.intra.reduce_scatter(&mut r, inner)?;
             self.intra.synchronize()?;
-            self.fold_across(buf, l * c..(l + 1) * c, inner)?;
+            self.fold_across(buf, l * c..(l + 1) * c, op)?;
             let mut r = [Region::InPlace {
                 buf: &mut *buf,
                 at: 0..main,
@@ -127,14 +127,7 @@ impl<B: Backend> HierComm<B> {
             }];
             self.intra.all_reduce(&mut r, inner)?;
             self.intra.synchronize()?;
-            self.fold_across(buf, main..n, inner)?;
-        }
-        if op == Op::Avg {
-            let me = self.intra.local_ranks().start;
-            let world = self.nodes.world() as u32;
-            let sums = self.intra.read(me, buf, 0..n)?;
-            let avg: Vec<T> = sums.into_iter().map(|s| op.finish(s, world)).collect();
-            self.intra.write(me, buf, 0, &avg)?;
+            self.fold_across(buf, main..n, op)?;
         }
         Ok(())
     }
@@ -192,21 +185,9 @@ impl<B: Backend> HierComm<B> {
         // Every node's parts; this rank's block is run `node` of each.
         let all = self.gather_across(&partial)?;
         let node = nodes.node_of(self.rank);
-        let world = nodes.world() as u32;
         let per_member = nodes.count() * c;
         let out: Vec<T> = (0..c)
-            .map(|i| {
-                let at = |m: usize| all[m * per_member + node * c + i];
-                let mut acc = at(0);
-                for m in 1..nodes.count() {
-                    acc = inner.apply(acc, at(m));
-                }
-                if op == Op::Avg {
-                    op.finish(acc, world)
-                } else {
-                    acc
-                }
-            })
+            .map(|i| self.fold_nodes(op, |m| all[m * per_member + node * c + i]))
             .collect();
         self.intra.write(me, recv, 0, &out)
     }
@@ -286,8 +267,24 @@ impl<B: Backend> HierComm<B> {
         }
     }
 
+    /// `op` over every node's value (`at(m)` is node `m`'s), in node order;
+    /// `Avg` sums and divides once, by the job's size.
+    fn fold_nodes<T: RsElement>(&self, op: Op, at: impl Fn(usize) -> T) -> T {
+        let inner = if op == Op::Avg { Op::Sum } else { op };
+        let mut acc = at(0);
+        for m in 1..self.nodes.count() {
+            acc = inner.apply(acc, at(m));
+        }
+        if op == Op::Avg {
+            op.finish(acc, self.nodes.world() as u32)
+        } else {
+            acc
+        }
+    }
+
     /// Replaces `at` of `buf` by `op` over every node's `at`, in node
-    /// order: the step between nodes.
+    /// order (see [`fold_nodes`](Self::fold_nodes)): the step between
+    /// nodes.
     fn fold_across<T: RsElement>(
         &self,
         buf: &mut B::Buf<T>,
@@ -297,15 +294,9 @@ impl<B: Backend> HierComm<B> {
         let me = self.intra.local_ranks().start;
         let mine = self.intra.read(me, buf, at.clone())?;
         let all = self.gather_across(&mine)?;
-        let parts: Vec<&[T]> = all.chunks(mine.len().max(1)).collect();
-        let folded: Vec<T> = (0..mine.len())
-            .map(|i| {
-                let mut acc = parts[0][i];
-                for p in &parts[1..] {
-                    acc = op.apply(acc, p[i]);
-                }
-                acc
-            })
+        let len = mine.len();
+        let folded: Vec<T> = (0..len)
+            .map(|i| self.fold_nodes(op, |m| all[m * len + i]))
             .collect();
         self.intra.write(me, buf, at.start, &folded)
     }
