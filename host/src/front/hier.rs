@@ -5,8 +5,9 @@
 //! are `crate::hier`'s.
 
 use super::engine::{Comm, Engine};
+use super::job::{check_join, peer_error};
 use crate::across::{Across, TcpAcross};
-use crate::bootstrap::{host_name, rendezvous, Event, Identity, UniqueId, Watch};
+use crate::bootstrap::{host_name, rendezvous, Identity, UniqueId, Watch};
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
 use crate::job::Table;
@@ -57,15 +58,7 @@ impl<B: Engine> Joined<B> {
         device: usize,
         config: CommConfig,
     ) -> Result<Joined<B>> {
-        if world == 0 {
-            return Err(Error::ZeroRanks);
-        }
-        if rank >= world {
-            return Err(Error::RankOutOfRange { rank, world });
-        }
-        if !config.watchdog {
-            return Err(Error::NeedsWatchdog);
-        }
+        check_join(rank, world, &config)?;
         let timeout = config.effective_timeout();
         let me = Identity {
             rank: rank as u32,
@@ -127,10 +120,7 @@ impl<B: Engine> Joined<B> {
         let cause = Arc::new(OnceLock::new());
         let heard = cause.clone();
         let watch = Watch::start(met, move |e| {
-            let e = match e {
-                Event::Lost(rank) => Error::PeerLost { rank },
-                Event::Aborted(rank) => Error::PeerAborted { rank },
-            };
+            let e = peer_error(e);
             let _ = heard.set(e.clone());
             cut.abort();
             alarm(e)

@@ -32,15 +32,7 @@ impl<B: Engine> Comm<B> {
         device: usize,
         config: CommConfig,
     ) -> Result<Self> {
-        if world == 0 {
-            return Err(Error::ZeroRanks);
-        }
-        if rank >= world {
-            return Err(Error::RankOutOfRange { rank, world });
-        }
-        if !config.watchdog {
-            return Err(Error::NeedsWatchdog);
-        }
+        check_join(rank, world, &config)?;
         let timeout = config.effective_timeout();
         let (joining, offer, uuid) = B::prepare(rank, device, &config, id.job())?;
         let me = Identity {
@@ -65,12 +57,7 @@ impl<B: Engine> Comm<B> {
         }
         b.mapped();
         let alarm = b.alarm();
-        let watch = Watch::start(met, move |e| {
-            alarm(match e {
-                Event::Lost(rank) => Error::PeerLost { rank },
-                Event::Aborted(rank) => Error::PeerAborted { rank },
-            })
-        })?;
+        let watch = Watch::start(met, move |e| alarm(peer_error(e)))?;
         Ok(Comm {
             b,
             job: Some(watch),
@@ -91,6 +78,30 @@ impl<B: Engine> Comm<B> {
             .and_then(|d| d.first().copied())
             .unwrap_or_else(|| B::device_of_local_rank(launch.local_rank));
         Self::init_rank(&id, launch.rank, launch.world, device, config)
+    }
+}
+
+/// A join's arguments, checked before anything is set up: a world of
+/// ranks, a rank inside it, and the watchdog that stops a kernel waiting
+/// for a dead peer.
+pub(super) fn check_join(rank: usize, world: usize, config: &CommConfig) -> Result<()> {
+    if world == 0 {
+        return Err(Error::ZeroRanks);
+    }
+    if rank >= world {
+        return Err(Error::RankOutOfRange { rank, world });
+    }
+    if !config.watchdog {
+        return Err(Error::NeedsWatchdog);
+    }
+    Ok(())
+}
+
+/// What the watch heard, as every pending and later call reports it.
+pub(super) fn peer_error(e: Event) -> Error {
+    match e {
+        Event::Lost(rank) => Error::PeerLost { rank },
+        Event::Aborted(rank) => Error::PeerAborted { rank },
     }
 }
 
