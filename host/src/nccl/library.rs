@@ -29,6 +29,18 @@ pub const MIN_VERSION: i32 = 21800;
 
 type Ret = ncclResult_t;
 
+/// `ncclAllReduce` and `ncclReduceScatter`, which share a signature:
+/// send, recv, count, type, op, communicator, stream.
+type Reduce = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    ncclDataType_t,
+    ncclRedOp_t,
+    ncclComm_t,
+    CUstream,
+) -> Ret;
+
 /// The calls ringreduce makes, resolved once. Until the NCCL communicator
 /// lands, only the version is read; the rest are resolved now so that a
 /// library missing any of them is refused at load, not at first use.
@@ -43,26 +55,8 @@ pub(crate) struct Nccl {
     pub comm_get_async_error: unsafe extern "C" fn(ncclComm_t, *mut Ret) -> Ret,
     pub get_error_string: unsafe extern "C" fn(Ret) -> *const c_char,
     pub get_last_error: unsafe extern "C" fn(ncclComm_t) -> *const c_char,
-    #[allow(clippy::type_complexity)]
-    pub all_reduce: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
-        ncclDataType_t,
-        ncclRedOp_t,
-        ncclComm_t,
-        CUstream,
-    ) -> Ret,
-    #[allow(clippy::type_complexity)]
-    pub reduce_scatter: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
-        ncclDataType_t,
-        ncclRedOp_t,
-        ncclComm_t,
-        CUstream,
-    ) -> Ret,
+    pub all_reduce: Reduce,
+    pub reduce_scatter: Reduce,
     pub all_gather: unsafe extern "C" fn(
         *const c_void,
         *mut c_void,
