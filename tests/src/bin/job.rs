@@ -293,20 +293,7 @@ where
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
     say(&format!("joined {epoch_ms}"));
-    let t = Instant::now();
-    let code = match act(&comm) {
-        Ok(line) => {
-            say(&line);
-            0
-        }
-        Err(e) => {
-            say(&format!("error {e:?} {}", t.elapsed().as_millis()));
-            2
-        }
-    };
-    drop(comm);
-    say("left");
-    std::process::ExitCode::from(code)
+    act_and_leave(comm, act)
 }
 
 /// One all-reduce of `n` elements of `T` on every rank of a hierarchical
@@ -448,8 +435,15 @@ fn run_hier<B: Backend>(mode: &str, who: Option<usize>) -> std::process::ExitCod
         }
     };
     say("joined");
+    act_and_leave(comm, |c| hier(c, mode, who))
+}
+
+/// Runs `act` on the joined `comm` and prints how it ended (its line, or
+/// `error <error> <ms>`), then drops `comm` and prints `left`: the exit
+/// code is 0 or 2.
+fn act_and_leave<C>(comm: C, act: impl FnOnce(&C) -> Result<String>) -> std::process::ExitCode {
     let t = Instant::now();
-    let code = match hier(&comm, mode, who) {
+    let code = match act(&comm) {
         Ok(line) => {
             say(&line);
             0
