@@ -2,7 +2,7 @@
 //! without Rust needs, built here.
 
 use crate::tools::with_sass;
-use crate::util::{cargo, check, copy, exec, fail, target_dir};
+use crate::util::{cargo, check, copy, exec, fail, link_or_copy, target_dir};
 use std::path::{Path, PathBuf};
 use std::process::{exit, Command};
 
@@ -143,20 +143,28 @@ fn bundle(root: &Path, dir: &Path, profile: Profile) {
     let tests = build_tests(root, profile);
     std::fs::create_dir_all(dir.join("tests"))
         .unwrap_or_else(|e| fail(format!("{}: {e}", dir.display())));
+    // The CPU suite's bundle lives beside the build in the target folder
+    // and is remade by every run, so it need not survive a rebuild: it
+    // links. A GPU bundle is carried away, so it is a copy.
+    let put = if profile == Profile::Dev {
+        link_or_copy
+    } else {
+        copy
+    };
     for b in [
         "ringreduce-bench",
         "gpu-suite",
         "ringreduce-compare",
         "ringreduce-probe",
     ] {
-        copy(&bins.join(b), &dir.join(b));
+        put(&bins.join(b), &dir.join(b));
     }
     for (name, exe) in tests {
-        copy(&exe, &dir.join("tests").join(name));
+        put(&exe, &dir.join("tests").join(name));
     }
     // The process tests' rank binary, where they look for it: beside them.
     let job = profile.target(root).join(profile.dir()).join("job");
-    copy(&job, &dir.join("tests").join("job"));
+    put(&job, &dir.join("tests").join("job"));
     println!("bundle: {}", dir.display());
 }
 

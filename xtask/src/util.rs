@@ -44,6 +44,16 @@ pub fn exec(cmd: &mut Command) -> ! {
     exit(st.code().unwrap_or(1))
 }
 
+/// A second name for `from` at `to` where both are on one file system,
+/// else a copy: a bundle inside the target folder (the CPU suite's) then
+/// takes no disk of its own, which CI's machines may be short of.
+pub fn link_or_copy(from: &Path, to: &Path) {
+    let _ = std::fs::remove_file(to);
+    if std::fs::hard_link(from, to).is_err() {
+        copy(from, to);
+    }
+}
+
 pub fn copy(from: &Path, to: &Path) {
     // Remove first: the destination may be a running or read-only binary.
     let _ = std::fs::remove_file(to);
