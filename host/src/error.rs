@@ -526,6 +526,10 @@ pub enum Error {
         /// `ncclGetErrorString`, and the communicator's last error.
         text: String,
     },
+    /// A communicator that is one process of a job, asked to be made as
+    /// all its ranks at once: the text names its constructor.
+    #[error("this communicator is one process of a job: make it with {0}")]
+    JobOnly(&'static str),
     /// Any call after an earlier error broke the communicator; the text is that error.
     #[error("the communicator is broken by an earlier error ({0}); create a new one")]
     Broken(String),

@@ -159,34 +159,7 @@ pub fn hierarchical_all_reduce<T: Element>(
         return out.swap_remove(0);
     }
     let inner = if op == Op::Avg { Op::Sum } else { op };
-    let per = nodes.per_node();
-    let main = n / per * per;
-    let shard_algorithm = algorithm_for(Collective::ReduceScatter, n / per);
-    let tail_algorithm = algorithm_for(Collective::AllReduce, n - main);
-    let partials: Vec<Vec<T>> = (0..nodes.count())
-        .map(|m| {
-            let ins: Vec<&[T]> = nodes.members(m).iter().map(|&r| inputs[r]).collect();
-            let heads: Vec<&[T]> = ins.iter().map(|x| &x[..main]).collect();
-            let tails: Vec<&[T]> = ins.iter().map(|x| &x[main..]).collect();
-            let mut p: Vec<T> = if main > 0 {
-                collective_by(
-                    Collective::ReduceScatter,
-                    shard_algorithm,
-                    &heads,
-                    ring,
-                    inner,
-                )
-                .concat()
-            } else {
-                Vec::new()
-            };
-            if main < n {
-                let t = collective_by(Collective::AllReduce, tail_algorithm, &tails, ring, inner);
-                p.extend_from_slice(&t[0]);
-            }
-            p
-        })
-        .collect();
+    let partials = node_partials(inputs, nodes, &algorithm_for, ring, inner);
     let world = nodes.world() as u32;
     par_map(n, |i| {
         let mut acc = partials[0][i];
@@ -199,6 +172,169 @@ pub fn hierarchical_all_reduce<T: Element>(
             acc
         }
     })
+}
+
+/// Each node's partial of the hierarchical all-reduce of `inputs`: the
+/// reduce-scatter (`op`) of its ranks' whole shards, concatenated in
+/// local order, then the all-reduce of the tail past them.
+fn node_partials<T: Element>(
+    inputs: &[&[T]],
+    nodes: &crate::nodes::Nodes,
+    algorithm_for: &impl Fn(Collective, usize) -> Algorithm,
+    ring: &RingOrder,
+    op: Op,
+) -> Vec<Vec<T>> {
+    let n = inputs.first().map_or(0, |x| x.len());
+    let per = nodes.per_node();
+    let main = n / per * per;
+    let shard_algorithm = algorithm_for(Collective::ReduceScatter, n / per);
+    let tail_algorithm = algorithm_for(Collective::AllReduce, n - main);
+    (0..nodes.count())
+        .map(|m| {
+            let ins: Vec<&[T]> = nodes.members(m).iter().map(|&r| inputs[r]).collect();
+            let heads: Vec<&[T]> = ins.iter().map(|x| &x[..main]).collect();
+            let tails: Vec<&[T]> = ins.iter().map(|x| &x[main..]).collect();
+            let mut p: Vec<T> = if main > 0 {
+                collective_by(Collective::ReduceScatter, shard_algorithm, &heads, ring, op).concat()
+            } else {
+                Vec::new()
+            };
+            if main < n {
+                let t = collective_by(Collective::AllReduce, tail_algorithm, &tails, ring, op);
+                p.extend_from_slice(&t[0]);
+            }
+            p
+        })
+        .collect()
+}
+
+/// The reference of the gradient layer's half-precision and sparse
+/// all-reduce on a [`HierComm`](crate::HierComm), which compress only the
+/// step between nodes: each node's partial sum (as
+/// [`hierarchical_all_reduce`]'s), then for each local index `l` the
+/// elements it owns (shard `l`, then the tail) across nodes:
+/// - half: each node's value divided by the job's size with `prescale`,
+///   rounded, and the halves summed in `f32` in node order;
+/// - sparse: `g' = value + residual` of the rank of index `l` on each
+///   node; top-K of the shard by a full sort (magnitude descending, NaN
+///   largest, index ascending) or the threshold, the tail always; the
+///   sent values summed from `+0.0` in node order, and `residuals` (by
+///   job rank, as long as the input) keep `g'` where not sent, `0.0`
+///   where sent. The tail is carried by every local rank, so each rank's
+///   residual there joins its input before the node's all-reduce, and
+///   becomes `0.0`.
+///
+/// On one node nothing is compressed: the node's all-reduce (an average
+/// with `prescale`), residuals untouched. Returns every rank's output.
+pub fn hierarchical_all_reduce_wire(
+    inputs: &[&[f32]],
+    nodes: &crate::nodes::Nodes,
+    algorithm_for: impl Fn(Collective, usize) -> Algorithm,
+    ring: &RingOrder,
+    wire: crate::grad::Wire,
+    mut residuals: Option<&mut [Vec<f32>]>,
+) -> Vec<f32> {
+    use crate::grad::{Sparsity, Wire};
+    let n = inputs.first().map_or(0, |x| x.len());
+    if nodes.is_one_node() {
+        let op = match wire {
+            Wire::Half { prescale: true, .. } => Op::Avg,
+            _ => Op::Sum,
+        };
+        return hierarchical_all_reduce(inputs, nodes, algorithm_for, ring, op);
+    }
+    let per = nodes.per_node();
+    let (c, main) = (n / per, n / per * per);
+    // A sparse step's residuals join the tail before the node's
+    // all-reduce, and are all sent.
+    let with_tails: Vec<Vec<f32>> = match (&wire, residuals.as_deref_mut()) {
+        (Wire::Sparse { .. }, Some(res)) => inputs
+            .iter()
+            .zip(res.iter_mut())
+            .map(|(x, r)| {
+                let mut x = x.to_vec();
+                for i in main..n {
+                    x[i] += r[i];
+                    r[i] = 0.0;
+                }
+                x
+            })
+            .collect(),
+        _ => inputs.iter().map(|x| x.to_vec()).collect(),
+    };
+    let inputs: Vec<&[f32]> = with_tails.iter().map(Vec::as_slice).collect();
+    let partials = node_partials(&inputs, nodes, &algorithm_for, ring, Op::Sum);
+    let world = nodes.world() as f32;
+    let mut out = vec![0f32; n];
+    for l in 0..per {
+        let at: Vec<usize> = (l * c..(l + 1) * c).chain(main..n).collect();
+        let mut acc = vec![0f32; at.len()];
+        for (m, partial) in partials.iter().enumerate() {
+            let g = nodes.members(m)[l];
+            let owned: Vec<f32> = at.iter().map(|&i| partial[i]).collect();
+            match wire {
+                Wire::Half {
+                    precision,
+                    prescale,
+                } => {
+                    let div = if prescale { world } else { 1.0 };
+                    for (j, &x) in owned.iter().enumerate() {
+                        let h = match precision {
+                            crate::grad::Precision::F16 => half::f16::from_f32(x / div).to_f32(),
+                            crate::grad::Precision::Bf16 => half::bf16::from_f32(x / div).to_f32(),
+                        };
+                        acc[j] = if m == 0 { h } else { acc[j] + h };
+                    }
+                }
+                Wire::Sparse { sparsity, .. } => {
+                    let res = residuals.as_deref_mut().map(|r| &mut r[g]);
+                    let gp: Vec<f32> = match &res {
+                        Some(r) => owned
+                            .iter()
+                            .zip(&at)
+                            .map(|(x, &i)| if i < main { x + r[i] } else { *x })
+                            .collect(),
+                        None => owned,
+                    };
+                    let mut sent = vec![true; gp.len()];
+                    match sparsity {
+                        Sparsity::Threshold(t) => {
+                            for j in 0..c {
+                                sent[j] = gp[j].abs() >= t || gp[j].is_nan();
+                            }
+                        }
+                        Sparsity::TopK(f) => {
+                            let kk = if c == 0 {
+                                0
+                            } else {
+                                Sparsity::k_of(f, c as u64) as usize
+                            };
+                            let mag = |j: usize| gp[j].to_bits() & 0x7fff_ffff;
+                            let mut order: Vec<usize> = (0..c).collect();
+                            order.sort_by(|&a, &b| mag(b).cmp(&mag(a)).then(a.cmp(&b)));
+                            for &j in &order[kk..] {
+                                sent[j] = false;
+                            }
+                        }
+                    }
+                    for j in 0..gp.len() {
+                        if sent[j] {
+                            acc[j] += gp[j];
+                        }
+                    }
+                    if let Some(r) = res {
+                        for (j, &i) in at.iter().enumerate().take(c) {
+                            r[i] = if sent[j] { 0.0 } else { gp[j] };
+                        }
+                    }
+                }
+            }
+        }
+        for (j, &i) in at.iter().enumerate() {
+            out[i] = acc[j];
+        }
+    }
+    out
 }
 
 /// The reference of [`HierComm::reduce_scatter`](crate::HierComm::reduce_scatter),

@@ -8,6 +8,7 @@ pub mod checked;
 pub mod data;
 pub mod grad;
 pub mod graph;
+pub mod hier_cases;
 pub mod procs;
 pub mod scenarios;
 pub mod soak;

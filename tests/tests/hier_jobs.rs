@@ -58,6 +58,29 @@ fn hierarchical_all_reduces_match_the_reference() {
 }
 
 #[test]
+fn the_gradient_layer_across_nodes_matches_the_reference() {
+    // Dense fused (sum, average), half precision (f16 prescaled, bf16; one
+    // tensor and fused), sparse (top-K with a residual, a threshold, a
+    // share that goes dense; fused top-K), residuals and what was sent.
+    let shapes: [(&str, &[&str]); 4] = [
+        ("2 hosts x 2", &["a", "a", "b", "b"]),
+        ("4 hosts x 1", &["a", "b", "c", "d"]),
+        ("2 hosts x 2, round robin", &["b", "a", "b", "a"]),
+        // One host: nothing is compressed.
+        ("1 host x 2", &["a", "a"]),
+    ];
+    for (what, hosts) in shapes {
+        let extra = [("RINGREDUCE_TEST_JOB", "hier-grad".to_string())];
+        for (r, (code, lines)) in finish(hier_job(hosts, &extra)).into_iter().enumerate() {
+            assert!(
+                code == 0 && lines.iter().any(|l| l == "ok 21 0"),
+                "{what}, rank {r}: exit {code}, {lines:?}"
+            );
+        }
+    }
+}
+
+#[test]
 fn hosts_with_different_numbers_of_ranks_fail_every_rank_alike() {
     let extra = [("RINGREDUCE_TEST_JOB", "hier".to_string())];
     for (r, (code, lines)) in finish(hier_job(&["a", "a", "b"], &extra))

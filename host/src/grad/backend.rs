@@ -8,6 +8,7 @@ use crate::cpu::{CpuCommunicator, HostBuffer};
 use crate::element::RsElement;
 use crate::error::{Error, Result};
 use crate::gpu::Communicator;
+use crate::grad::{Precision, SparseSent, Sparsity};
 use crate::region::Region;
 use cudarc::driver::{sys, CudaEvent, CudaSlice, CudaStream, DevicePtr};
 use ringreduce_kernels::catalogue;
@@ -76,6 +77,47 @@ pub trait GradBackend: Collectives {
         op: Op,
         queues: &[Self::Queue],
     ) -> Result<()>;
+
+    /// For a backend whose ranks span nodes, the all-reduce (a sum) of the
+    /// first `n` elements of this process's one rank's `buf`, in place and
+    /// ordered on `queue`, with only the step between nodes compressed as
+    /// `wire` says (and `residual`, as long as `buf`, keeping what a
+    /// sparse step did not send of the elements this rank carries across):
+    /// `Some` with what it sent. `None`, the default: the backend has no
+    /// such step, so the layer compresses the whole all-reduce itself.
+    fn reduce_across<T: RsElement>(
+        &self,
+        buf: &mut Self::Buf<T>,
+        n: usize,
+        wire: Wire,
+        residual: Option<&mut Self::Buf<f32>>,
+        queue: &Self::Queue,
+    ) -> Option<Result<SparseSent>> {
+        let _ = (buf, n, wire, residual, queue);
+        None
+    }
+}
+
+/// What a backend whose ranks span nodes compresses of the step between
+/// them ([`GradBackend::reduce_across`]): the gradient layer's half
+/// precision and sparse selection.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Wire {
+    /// Values rounded to `precision` (divided by the job's size first with
+    /// `prescale`).
+    Half {
+        /// The format on the wire.
+        precision: Precision,
+        /// Divide first, so the result is the average.
+        prescale: bool,
+    },
+    /// A selection of the values, dense above `dense_above` of them.
+    Sparse {
+        /// Which values.
+        sparsity: Sparsity,
+        /// See [`GradConfig::dense_above`](super::GradConfig).
+        dense_above: f64,
+    },
 }
 
 /// Blocks of a task's GPU launch: one for the one-block kinds, one per

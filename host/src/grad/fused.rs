@@ -1,10 +1,10 @@
 //! The dense paths: one tensor, a whole list through buckets, the
 //! streaming [`Session`], and their half-precision forms.
 
-use super::backend::GradBackend;
+use super::backend::{GradBackend, Wire};
 use super::bucket::{pieces, plan, words, Bucket, Item, Packer};
 use super::descs::DescCache;
-use super::{slot, GradSync, Precision, Slots};
+use super::{across, slot, GradSync, Precision, Slots};
 use crate::element::RsElement;
 use crate::error::{Error, Result};
 use crate::region::Region;
@@ -44,11 +44,19 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
             return Err(Error::HalfNeedsF32(T::DTYPE.name()));
         }
         let n = self.check_tensor(tensor)?;
+        let own = self.own.clone();
+        let wire = Wire::Half {
+            precision,
+            prescale,
+        };
+        let mut bufs: Vec<&mut C::Buf<T>> = tensor.iter_mut().collect();
+        if let Some(done) = across(self.comm, &mut bufs, n, wire, None, &own) {
+            return done.map(|_| ());
+        }
         let addrs: Vec<u64> = (0..tensor.len())
             .map(|u| self.comm.addr(u, &tensor[u]))
             .collect();
         let holds = tensor.iter().map(|b| vec![C::hold(b)]).collect();
-        let own = self.own.clone();
         self.reduce_half(&addrs, holds, n, precision, prescale, &own)
     }
 
@@ -131,6 +139,14 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
                 reduce_plain(self.comm, &mut bufs, n, self.op(), q)
             }
             Reduce::Half(p, s) => {
+                let wire = Wire::Half {
+                    precision: p,
+                    prescale: s,
+                };
+                let mut bufs: Vec<&mut C::Buf<f32>> = t.iter_mut().collect();
+                if let Some(done) = across(self.comm, &mut bufs, n, wire, None, q) {
+                    return done.map(|_| ());
+                }
                 let addrs: Vec<u64> = (0..t.len()).map(|u| self.comm.addr(u, &t[u])).collect();
                 let holds = t.iter().map(|b| vec![C::hold(b)]).collect();
                 self.reduce_half(&addrs, holds, n, p, s, q)
@@ -149,6 +165,13 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
         match mode {
             Reduce::Plain => reduce_plain(comm, &mut bufs, len, op, q),
             Reduce::Half(p, s) => {
+                let wire = Wire::Half {
+                    precision: p,
+                    prescale: s,
+                };
+                if let Some(done) = across(comm, &mut bufs, len, wire, None, q) {
+                    return done.map(|_| ());
+                }
                 let addrs: Vec<u64> = bufs
                     .iter()
                     .enumerate()

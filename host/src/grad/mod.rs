@@ -63,7 +63,7 @@ mod fused;
 mod sparse;
 mod view;
 
-pub use backend::{task_blocks, GradBackend};
+pub use backend::{task_blocks, GradBackend, Wire};
 pub use fused::Session;
 pub use sparse::SparseSent;
 pub use view::{BucketSession, BucketedGrads, Place};
@@ -253,6 +253,24 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
             self.comm.check_placement(u, b)?;
         }
         Ok(())
+    }
+}
+
+/// The backend's own compressed step between nodes
+/// ([`GradBackend::reduce_across`]) over `bufs`, where it has one: `None`
+/// leaves the whole all-reduce to the layer. A backend across nodes holds
+/// one rank per process, so only a single buffer is offered.
+fn across<C: GradBackend, T: RsElement>(
+    comm: &C,
+    bufs: &mut [&mut C::Buf<T>],
+    n: usize,
+    wire: Wire,
+    residual: Option<&mut C::Buf<f32>>,
+    q: &[C::Queue],
+) -> Option<Result<SparseSent>> {
+    match (bufs, q) {
+        ([buf], [q]) => comm.reduce_across(buf, n, wire, residual, q),
+        _ => None,
     }
 }
 

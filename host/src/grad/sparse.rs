@@ -5,10 +5,10 @@
 //! [`GradConfig::dense_above`](super::GradConfig) it sends the selection
 //! dense instead, with one all-reduce.
 
-use super::backend::GradBackend;
+use super::backend::{GradBackend, Wire};
 use super::bucket::{pieces, Item};
 use super::fused::{copy_items, copy_task, reduce_plain};
-use super::{slot, GradSync, Slots, Sparsity};
+use super::{across, slot, GradSync, Slots, Sparsity};
 use crate::error::{Error, Result};
 use crate::region::Region;
 use ringreduce_kernels::grad::abi::{tiles_for, SelectState, Task, TaskKind, SELECT_PASSES};
@@ -44,6 +44,14 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
         }
         if n as u64 >= u32::MAX as u64 {
             return Err(Error::SparseTooLong(n as u64));
+        }
+        let mut residual = residual;
+        let wire = self.sparse_wire(sparsity);
+        let own = self.own.clone();
+        let mut bufs: Vec<&mut C::Buf<f32>> = tensor.iter_mut().collect();
+        let r = residual.as_deref_mut().and_then(|r| r.first_mut());
+        if let Some(done) = across(self.comm, &mut bufs, n, wire, r, &own) {
+            return done;
         }
         let k = tensor.len();
         let g: Vec<u64> = (0..k).map(|u| self.comm.addr(u, &tensor[u])).collect();
@@ -104,17 +112,13 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
         let k = self.comm.local_ranks().len();
         let mut g = Vec::with_capacity(k);
         let mut r = Vec::with_capacity(k);
-        let mut holds = Vec::with_capacity(k);
         for (u, q) in own.iter().enumerate() {
             let pg = slot(self.comm, &mut self.buckets[1], u, q, len)?;
-            let mut h = vec![C::hold(pg)];
             g.push(self.comm.addr(u, pg));
             if residuals.is_some() {
                 let pr = slot(self.comm, &mut self.packed_residual, u, q, len)?;
-                h.push(C::hold(pr));
                 r.push(self.comm.addr(u, pr));
             }
-            holds.push(h);
         }
         let lists: Vec<&[Vec<C::Buf<f32>>]> = match &residuals {
             Some(rs) => vec![&tensors[..], &rs[..]],
@@ -124,12 +128,45 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
         for (list, base) in lists.iter().zip(bases) {
             self.copy_list(list, &items, base, true)?;
         }
-        let rr = residuals.is_some().then_some(&r[..]);
-        let sent = self.sparse_core(&g, rr, holds, len, sparsity)?;
+        let wire = self.sparse_wire(sparsity);
+        let comm = self.comm;
+        let mut bufs = self.buckets[1].all_mut();
+        let pr = match residuals.is_some() {
+            true => self.packed_residual.all_mut().pop(),
+            false => None,
+        };
+        let sent = match across(comm, &mut bufs, len, wire, pr, &own) {
+            Some(done) => done?,
+            None => {
+                // Held only for the layer's own tasks: a hold keeps the
+                // host's accessors waiting, which the backend's step
+                // between nodes would be.
+                let mut holds: Vec<Vec<C::Hold>> = self.buckets[1]
+                    .all_mut()
+                    .into_iter()
+                    .map(|b| vec![C::hold(b)])
+                    .collect();
+                if residuals.is_some() {
+                    for (h, b) in holds.iter_mut().zip(self.packed_residual.all_mut()) {
+                        h.push(C::hold(b));
+                    }
+                }
+                let rr = residuals.is_some().then_some(&r[..]);
+                self.sparse_core(&g, rr, holds, len, sparsity)?
+            }
+        };
         for (list, base) in lists.iter().zip(bases) {
             self.copy_list(list, &items, base, false)?;
         }
         Ok(sent)
+    }
+
+    /// The sparse step between nodes, for a backend that has one.
+    fn sparse_wire(&self, sparsity: Sparsity) -> Wire {
+        Wire::Sparse {
+            sparsity,
+            dense_above: self.config.dense_above,
+        }
     }
 
     fn check_residual(&self, r: &[C::Buf<f32>], n: usize) -> Result<()> {

@@ -24,7 +24,9 @@
 //! - `hier`: a hierarchical job (`HierComm`, hosts from
 //!   `RINGREDUCE_HOST_NAME`): all-reduces, reduce-scatters and all-gathers
 //!   over a sample of types, ops and counts (outputs poisoned first), each checked bit for bit against the hierarchical reference;
-//!   prints `ok <cases> <wrong>`. `hier-stall:<r>`: rank `r` waits forever
+//!   prints `ok <cases> <wrong>`. `hier-grad`: the gradient layer on the
+//!   hierarchical job (dense fused, half precision and sparse compressed
+//!   between nodes), and `Collectives`' region shapes, checked the same way. `hier-stall:<r>`: rank `r` waits forever
 //!   after joining; the others run a large all-reduce and print how it
 //!   ended.
 //!
@@ -365,8 +367,20 @@ fn hier_rs_ag<B: Backend, T: Gen>(
         + got.len().abs_diff(want.len()))
 }
 
-/// `hier` and `hier-stall:<r>`.
-fn hier<B: Backend>(comm: &HierComm<B>, mode: &str, who: Option<usize>) -> Result<String> {
+/// `hier`, `hier-grad` and `hier-stall:<r>`.
+fn hier<B: Backend>(comm: &HierComm<B>, mode: &str, who: Option<usize>) -> Result<String>
+where
+    HierComm<B>: GradBackend,
+{
+    if mode == "hier-grad" {
+        let (nodes, rank) = (comm.nodes(), comm.rank());
+        let g = ringreduce_tests::hier_cases::grad_cases(comm, nodes, rank)?;
+        let r = ringreduce_tests::hier_cases::region_cases(comm, nodes, rank)?;
+        for line in g.notes.iter().chain(&r.notes) {
+            say(line);
+        }
+        return Ok(format!("ok {} {}", g.cases + r.cases, g.wrong + r.wrong));
+    }
     if mode == "hier-stall" {
         if Some(comm.rank()) == who {
             loop {
@@ -420,7 +434,10 @@ fn hier<B: Backend>(comm: &HierComm<B>, mode: &str, who: Option<usize>) -> Resul
 
 /// A rank of a hierarchical job, on the device `RINGREDUCE_TEST_DEVICE`
 /// names (else the local rank's) for GPU ranks.
-fn run_hier<B: Backend>(mode: &str, who: Option<usize>) -> std::process::ExitCode {
+fn run_hier<B: Backend>(mode: &str, who: Option<usize>) -> std::process::ExitCode
+where
+    HierComm<B>: GradBackend,
+{
     let t = Instant::now();
     let joined = ringreduce::bootstrap::Launch::from_env().and_then(|l| {
         let id = l.unique_id()?;

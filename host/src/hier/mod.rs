@@ -3,17 +3,23 @@
 //! index, folded in node order. The schedule and its fold order are in
 //! `docs/beyond-one-node.md`.
 
+mod collectives;
+mod wire;
+
 use crate::across::Across;
 use crate::bootstrap::{UniqueId, Watch, POLL};
 use crate::collectives::Collectives;
 use crate::config::CommConfig;
-use crate::element::RsElement;
+use crate::element::{DataType, RsElement};
 use crate::error::{Error, Result};
 use crate::front::{Backend, Comm, Joined};
+use crate::grad::{SparseSent, Sparsity, Wire};
 use crate::nodes::Nodes;
 use crate::region::Region;
 use ringreduce_kernels::Op;
+use std::ops::Range;
 use std::sync::{Arc, OnceLock};
+pub(crate) use wire::Step;
 
 /// How long a failed step between nodes waits for the watch to name the
 /// rank that went (see [`HierComm::cause_of`]): many of the watch's polls.
@@ -87,49 +93,108 @@ impl<B: Backend> HierComm<B> {
 
     /// In place, `op` over every rank's `buf` (the same length on every
     /// rank), and waits for it. On one host, the host's all-reduce; across
-    /// hosts, a reduce-scatter inside the node, the
-    /// rank's shard across nodes folded in node order, an all-gather inside
-    /// the node. The elements past the last whole shard (fewer than a
-    /// node's ranks) are all-reduced inside the node and folded across
-    /// nodes the same way. `Avg` sums throughout and divides once, by the
-    /// job's size.
+    /// hosts, a reduce-scatter inside the node, the rank's shard across
+    /// nodes folded in node order, an all-gather inside the node. The
+    /// elements past the last whole shard (fewer than a node's ranks) are
+    /// all-reduced inside the node and folded across nodes the same way.
+    /// `Avg` sums throughout and divides once, by the job's size.
     pub fn all_reduce<T: RsElement>(&self, buf: &mut B::Buf<T>, op: Op) -> Result<()> {
         let n = <Comm<B> as Collectives>::len_of(buf);
+        self.all_reduce_at(buf, 0..n, Step::Full(op), None)
+            .map(|_| ())
+    }
+
+    /// [`all_reduce`](Self::all_reduce) of `at` of `buf`, with the step
+    /// between nodes as `step` says; what that step sent.
+    pub(crate) fn all_reduce_at<T: RsElement>(
+        &self,
+        buf: &mut B::Buf<T>,
+        at: Range<usize>,
+        step: Step,
+        mut residual: Option<&mut B::Buf<f32>>,
+    ) -> Result<SparseSent> {
+        let n = at.len();
         if self.nodes.is_one_node() {
-            // One host: the host's own all-reduce, as a flat job runs it.
-            let mut r = [Region::InPlace { buf, at: 0..n }];
+            // One host: no step between nodes, so nothing is compressed;
+            // the host's own all-reduce, as a flat job runs it.
+            let op = match step {
+                Step::Full(op) => op,
+                Step::Wire(Wire::Half { prescale: true, .. }) => Op::Avg,
+                Step::Wire(_) => Op::Sum,
+            };
+            let mut r = [Region::InPlace { buf, at }];
             self.intra.all_reduce(&mut r, op)?;
-            return self.intra.synchronize();
+            self.intra.synchronize()?;
+            return Ok(wire::UNCOMPRESSED);
         }
-        let inner = if op == Op::Avg { Op::Sum } else { op };
+        let inner = match step {
+            Step::Full(Op::Avg) | Step::Wire(_) => Op::Sum,
+            Step::Full(op) => op,
+        };
         let (l, per) = (self.nodes.local_of(self.rank), self.nodes.per_node());
         let c = n / per;
-        let main = c * per;
+        let (o, main) = (at.start, at.start + c * per);
+        let me = self.intra.local_ranks().start;
         if c > 0 {
             let mut r = [Region::InPlace {
                 buf: &mut *buf,
-                at: 0..main,
+                at: o..main,
             }];
             self.intra.reduce_scatter(&mut r, inner)?;
-            self.intra.synchronize()?;
-            self.fold_across(buf, l * c..(l + 1) * c, op)?;
+        }
+        let t = at.end - main;
+        if t > 0 {
+            if let Some(r) = residual.as_deref_mut() {
+                // Every local rank carries the tail across, so it must be
+                // the same on all of them: each rank's residual joins its
+                // tail before the node's all-reduce and is all sent.
+                let g = self.intra.read(me, buf, main..at.end)?;
+                let kept = self.intra.read(me, r, main..at.end)?;
+                let sum: Vec<f32> = bytemuck::cast_slice::<T, f32>(&g)
+                    .iter()
+                    .zip(&kept)
+                    .map(|(g, r)| g + r)
+                    .collect();
+                self.intra
+                    .write(me, buf, main, bytemuck::cast_slice::<f32, T>(&sum))?;
+                self.intra.write(me, r, main, &vec![0.0; t])?;
+            }
             let mut r = [Region::InPlace {
                 buf: &mut *buf,
-                at: 0..main,
+                at: main..at.end,
+            }];
+            self.intra.all_reduce(&mut r, inner)?;
+        }
+        self.intra.synchronize()?;
+        // What this rank owns: its shard, then the tail.
+        let shard = o + l * c..o + (l + 1) * c;
+        let mut owned = self.intra.read(me, buf, shard.clone())?;
+        owned.extend(self.intra.read(me, buf, main..at.end)?);
+        // The residual of what it owns, for a sparse step (the tail's is
+        // in the tail now).
+        let mut kept = match residual.as_deref() {
+            Some(r) => {
+                let mut k = self.intra.read(me, r, shard.clone())?;
+                k.resize(c + t, 0.0);
+                Some(k)
+            }
+            None => None,
+        };
+        let (folded, sent) = self.cross(&owned, c, step, kept.as_deref_mut())?;
+        self.intra.write(me, buf, shard.start, &folded[..c])?;
+        self.intra.write(me, buf, main, &folded[c..])?;
+        if let (Some(r), Some(k)) = (residual, kept) {
+            self.intra.write(me, r, shard.start, &k[..c])?;
+        }
+        if c > 0 {
+            let mut r = [Region::InPlace {
+                buf: &mut *buf,
+                at: o..main,
             }];
             self.intra.all_gather(&mut r)?;
             self.intra.synchronize()?;
         }
-        if main < n {
-            let mut r = [Region::InPlace {
-                buf: &mut *buf,
-                at: main..n,
-            }];
-            self.intra.all_reduce(&mut r, inner)?;
-            self.intra.synchronize()?;
-            self.fold_across(buf, main..n, op)?;
-        }
-        Ok(())
+        Ok(sent)
     }
 
     /// Rank `g` gets `op` over every rank of block `g` of `send` (`world`
@@ -239,7 +304,7 @@ impl<B: Backend> HierComm<B> {
     /// Every node's `mine` (as long on every node), in node order: the
     /// step between nodes, reporting what the watch heard if it cut the
     /// step short.
-    fn gather_across<T: RsElement>(&self, mine: &[T]) -> Result<Vec<T>> {
+    fn gather_across<T: bytemuck::Pod>(&self, mine: &[T]) -> Result<Vec<T>> {
         let mut all = vec![T::zeroed(); mine.len() * self.across.members()];
         let moved = self.across.all_gather(
             bytemuck::cast_slice(mine),
@@ -282,23 +347,131 @@ impl<B: Backend> HierComm<B> {
         }
     }
 
-    /// Replaces `at` of `buf` by `op` over every node's `at`, in node
-    /// order (see [`fold_nodes`](Self::fold_nodes)): the step between
-    /// nodes.
-    fn fold_across<T: RsElement>(
+    /// The step between nodes over a rank's owned elements (`shard` of
+    /// them, then the tail): every node's, folded in node order as `step`
+    /// says; what it sent.
+    fn cross<T: RsElement>(
         &self,
-        buf: &mut B::Buf<T>,
-        at: std::ops::Range<usize>,
-        op: Op,
-    ) -> Result<()> {
-        let me = self.intra.local_ranks().start;
-        let mine = self.intra.read(me, buf, at.clone())?;
-        let all = self.gather_across(&mine)?;
-        let len = mine.len();
-        let folded: Vec<T> = (0..len)
-            .map(|i| self.fold_nodes(op, |m| all[m * len + i]))
-            .collect();
-        self.intra.write(me, buf, at.start, &folded)
+        owned: &[T],
+        shard: usize,
+        step: Step,
+        residual: Option<&mut [f32]>,
+    ) -> Result<(Vec<T>, SparseSent)> {
+        let op = match step {
+            Step::Full(op) => op,
+            _ if T::DTYPE != DataType::F32 => return Err(Error::HalfNeedsF32(T::DTYPE.name())),
+            _ => Op::Sum,
+        };
+        let len = owned.len();
+        let folded: Vec<f32> = match step {
+            Step::Full(_) => {
+                let all = self.gather_across(owned)?;
+                let out = (0..len)
+                    .map(|i| self.fold_nodes(op, |m| all[m * len + i]))
+                    .collect();
+                return Ok((out, wire::UNCOMPRESSED));
+            }
+            Step::Wire(Wire::Half {
+                precision,
+                prescale,
+            }) => {
+                let div = if prescale {
+                    self.nodes.world() as f32
+                } else {
+                    1.0
+                };
+                let mine: Vec<u16> = bytemuck::cast_slice::<T, f32>(owned)
+                    .iter()
+                    .map(|&x| wire::to_half(x / div, precision))
+                    .collect();
+                let all = self.gather_across(&mine)?;
+                (0..len)
+                    .map(|i| {
+                        let mut acc = wire::from_half(all[i], precision);
+                        for m in 1..self.nodes.count() {
+                            acc += wire::from_half(all[m * len + i], precision);
+                        }
+                        acc
+                    })
+                    .collect()
+            }
+            Step::Wire(Wire::Sparse {
+                sparsity,
+                dense_above,
+            }) => {
+                let (out, sent) = self.cross_sparse(
+                    bytemuck::cast_slice(owned),
+                    shard,
+                    sparsity,
+                    dense_above,
+                    residual,
+                )?;
+                return Ok((bytemuck::cast_slice(&out).to_vec(), sent));
+            }
+        };
+        Ok((bytemuck::cast_slice(&folded).to_vec(), wire::UNCOMPRESSED))
+    }
+
+    /// The sparse step: the selection of `g' = owned + residual` as
+    /// `(index, value)` pairs padded to the group's longest, or dense
+    /// above `dense_above`, folded from `+0.0` in node order.
+    fn cross_sparse(
+        &self,
+        owned: &[f32],
+        shard: usize,
+        sparsity: Sparsity,
+        dense_above: f64,
+        residual: Option<&mut [f32]>,
+    ) -> Result<(Vec<f32>, SparseSent)> {
+        let len = owned.len();
+        let gp: Vec<f32> = match &residual {
+            Some(r) => owned.iter().zip(r.iter()).map(|(g, r)| g + r).collect(),
+            None => owned.to_vec(),
+        };
+        let sel = wire::select(&gp, shard, sparsity);
+        let count = sel.iter().filter(|&&s| s).count();
+        // Every member must agree on the shape of the exchange: the
+        // longest selection sets it (top-K's counts are equal already).
+        let counts = self.gather_across(&[count as u64])?;
+        let most = counts.iter().copied().max().unwrap_or(0) as usize;
+        let dense = wire::goes_dense(most - (len - shard), shard, dense_above);
+        let out = if dense {
+            let mine: Vec<f32> = gp
+                .iter()
+                .zip(&sel)
+                .map(|(&x, &s)| if s { x } else { 0.0 })
+                .collect();
+            let all = self.gather_across(&mine)?;
+            (0..len)
+                .map(|i| {
+                    let mut acc = 0.0f32;
+                    for m in 0..self.nodes.count() {
+                        acc += all[m * len + i];
+                    }
+                    acc
+                })
+                .collect()
+        } else {
+            let mut mine: Vec<(u32, f32)> = (0..len)
+                .filter(|&i| sel[i])
+                .map(|i| (i as u32, gp[i]))
+                .collect();
+            mine.resize(most, (wire::PAD, 0.0));
+            let flat: Vec<u32> = mine.iter().flat_map(|&(i, v)| [i, v.to_bits()]).collect();
+            let all = self.gather_across(&flat)?;
+            let pairs: Vec<(u32, f32)> = all
+                .chunks_exact(2)
+                .map(|p| (p[0], f32::from_bits(p[1])))
+                .collect();
+            wire::fold_pairs(len, pairs.chunks(most.max(1)))
+        };
+        if let Some(r) = residual {
+            for ((r, &x), &s) in r.iter_mut().zip(&gp).zip(&sel) {
+                *r = if s { 0.0 } else { x };
+            }
+        }
+        let pairs = if dense { 0 } else { most as u64 };
+        Ok((out, SparseSent { pairs, dense }))
     }
 }
 

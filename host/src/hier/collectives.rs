@@ -1,0 +1,327 @@
+//! A hierarchical rank as a [`Collectives`] backend and a [`GradBackend`],
+//! so that code written once over them (the gradient layer, tests, the
+//! bench) runs across nodes unchanged. Buffers, queues and tasks are the
+//! rank's node communicator's; the collectives are the hierarchical ones,
+//! which wait for their result.
+
+use super::{HierComm, Step};
+use crate::collectives::Collectives;
+use crate::config::CommConfig;
+use crate::cpu::CpuBackend;
+use crate::element::RsElement;
+use crate::error::{Error, Result};
+use crate::front::{Backend, Comm, Engine};
+use crate::gpu::GpuBackend;
+use crate::grad::{GradBackend, SparseSent, Wire};
+use crate::region::{check_regions, Region};
+use crate::ring::RingOrder;
+use ringreduce_kernels::grad::abi::Task;
+use ringreduce_kernels::{Algorithm, Collective, Op};
+use std::ops::Range;
+
+impl<B: Backend> HierComm<B> {
+    /// The node communicator's rank for `rank`, which must be this one.
+    fn here(&self, rank: usize) -> Result<usize> {
+        let world = self.nodes.world();
+        if rank >= world {
+            return Err(Error::RankOutOfRange { rank, world });
+        }
+        if rank != self.rank {
+            return Err(Error::RemoteRank {
+                rank,
+                local: self.rank..self.rank + 1,
+            });
+        }
+        Ok(self.intra.local_ranks().start)
+    }
+
+    /// Any collective on one region: an in-place all-reduce runs in the
+    /// buffer; every other shape goes through a staging buffer of the
+    /// node communicator (the reduce-scatter and all-gather read their
+    /// input to the host anyway).
+    fn region<T: RsElement>(
+        &self,
+        c: Collective,
+        region: &mut Region<'_, B::Buf<T>>,
+        op: Op,
+    ) -> Result<()> {
+        let world = self.nodes.world();
+        let len = |b: &B::Buf<T>| <Comm<B> as Collectives>::len_of(b);
+        let me = self.intra.local_ranks().start;
+        // Input and output ranges, and the count they imply.
+        let (send_at, recv_at) = match region {
+            Region::InPlace { buf, at } if c == Collective::AllReduce => {
+                return self
+                    .all_reduce_at(buf, at.clone(), Step::Full(op), None)
+                    .map(|_| ());
+            }
+            Region::InPlace { at, .. } => {
+                if at.len() % world != 0 {
+                    return Err(Error::InPlaceLength {
+                        rank: self.rank,
+                        len: at.len() as u64,
+                        k: world,
+                    });
+                }
+                let n = (at.len() / world) as u64;
+                let (s, r) = c.in_place_offsets(self.rank as u64, n);
+                let (sl, rl) = c.lengths(world as u64, n);
+                let s = at.start + s as usize;
+                let r = at.start + r as usize;
+                (s..s + sl as usize, r..r + rl as usize)
+            }
+            Region::OutOfPlace {
+                send_at, recv_at, ..
+            }
+            | Region::Split {
+                send_at, recv_at, ..
+            } => (send_at.clone(), recv_at.clone()),
+        };
+        let n = match c {
+            Collective::ReduceScatter => recv_at.len(),
+            _ => send_at.len(),
+        } as u64;
+        let (sl, rl) = c.lengths(world as u64, n);
+        if send_at.len() as u64 != sl {
+            return Err(Error::SendLength {
+                rank: self.rank,
+                send_len: send_at.len() as u64,
+                expected: sl,
+                collective: c.name(),
+            });
+        }
+        if recv_at.len() as u64 != rl {
+            return Err(Error::RecvLength {
+                rank: self.rank,
+                recv_len: recv_at.len() as u64,
+                expected: rl,
+                collective: c.name(),
+            });
+        }
+        let input = match region {
+            Region::OutOfPlace { send, .. } => self.intra.read(me, send, send_at)?,
+            Region::Split { buf, .. } | Region::InPlace { buf, .. } => {
+                self.intra.read(me, buf, send_at)?
+            }
+        };
+        let mut staged = self.intra.upload(me, &input)?;
+        let out = match c {
+            Collective::AllReduce => {
+                self.all_reduce_at(&mut staged, 0..input.len(), Step::Full(op), None)?;
+                staged
+            }
+            Collective::ReduceScatter | Collective::AllGather => {
+                let zero = vec![T::zeroed(); rl as usize];
+                let mut recv = self.intra.upload(me, &zero)?;
+                if c == Collective::ReduceScatter {
+                    self.reduce_scatter(&staged, &mut recv, op)?;
+                } else {
+                    self.all_gather(&staged, &mut recv)?;
+                }
+                recv
+            }
+        };
+        let result = self.intra.read(me, &out, 0..len(&out))?;
+        match region {
+            Region::OutOfPlace { recv, .. } => self.intra.write(me, recv, recv_at.start, &result),
+            Region::Split { buf, .. } | Region::InPlace { buf, .. } => {
+                self.intra.write(me, buf, recv_at.start, &result)
+            }
+        }
+    }
+}
+
+/// The whole job's ranks, of which this process holds its own; buffers,
+/// the algorithm and channels are its node communicator's. Calls wait
+/// for their result (a later [`synchronize`](Collectives::synchronize)
+/// has nothing left to wait for).
+impl<B: Backend> Collectives for HierComm<B> {
+    type Buf<T: RsElement> = B::Buf<T>;
+
+    /// A hierarchical rank is one process of a job: it is made by
+    /// [`HierComm::init_rank`], never `k` at once.
+    fn create(_k: usize, _config: CommConfig) -> Result<Self> {
+        Err(Error::JobOnly("HierComm::init_rank"))
+    }
+    fn k(&self) -> usize {
+        self.nodes.world()
+    }
+    fn local_ranks(&self) -> Range<usize> {
+        self.rank..self.rank + 1
+    }
+    /// The ring inside this rank's node (over its local ranks): across
+    /// nodes, the fold is in node order.
+    fn ring_order(&self) -> &RingOrder {
+        self.intra.ring_order()
+    }
+    fn config(&self) -> &CommConfig {
+        self.intra.config()
+    }
+    fn max_channels(&self) -> usize {
+        self.intra.max_channels()
+    }
+    /// The algorithm inside the node.
+    fn algorithm_for<T: RsElement>(&self, c: Collective, n: usize) -> Result<Algorithm> {
+        self.intra.algorithm_for::<T>(c, n)
+    }
+    fn channels_for<T: RsElement>(&self, c: Collective, n: usize) -> Result<usize> {
+        self.intra.channels_for::<T>(c, n)
+    }
+    fn upload<T: RsElement>(&self, rank: usize, data: &[T]) -> Result<B::Buf<T>> {
+        let here = self.here(rank)?;
+        self.intra.upload(here, data)
+    }
+    fn len_of<T: RsElement>(buf: &B::Buf<T>) -> usize {
+        <Comm<B> as Collectives>::len_of(buf)
+    }
+    fn read<T: RsElement>(&self, rank: usize, buf: &B::Buf<T>, at: Range<usize>) -> Result<Vec<T>> {
+        let here = self.here(rank)?;
+        self.intra.read(here, buf, at)
+    }
+    fn write<T: RsElement>(
+        &self,
+        rank: usize,
+        buf: &mut B::Buf<T>,
+        at: usize,
+        data: &[T],
+    ) -> Result<()> {
+        let here = self.here(rank)?;
+        self.intra.write(here, buf, at, data)
+    }
+    fn collective<T: RsElement>(
+        &self,
+        c: Collective,
+        regions: &mut [Region<'_, B::Buf<T>>],
+        op: Op,
+    ) -> Result<()> {
+        let [region] = regions else {
+            return Err(Error::WrongBufferCount {
+                got: regions.len(),
+                k: 1,
+            });
+        };
+        check_regions(std::slice::from_ref(region), |b| {
+            <Comm<B> as Collectives>::len_of(b)
+        })?;
+        self.region(c, region, op)
+    }
+    fn synchronize(&self) -> Result<()> {
+        self.intra.synchronize()
+    }
+    fn abort(&self) {
+        HierComm::abort(self)
+    }
+}
+
+/// Queues, scratch buffers and tasks are the node communicator's; the
+/// collectives are ordered after the queues they are given, and those
+/// queues after them. Half precision and sparse selection compress only
+/// the step between nodes ([`reduce_across`](GradBackend::reduce_across)).
+///
+/// One impl per backend (a generic one would need `Comm<B>: GradBackend`,
+/// under which Rust no longer sees the two buffer types as one).
+macro_rules! grad_backend {
+    ($b:ty) => {
+        impl GradBackend for HierComm<$b> {
+            type Queue = <Comm<$b> as GradBackend>::Queue;
+            type Hold = <Comm<$b> as GradBackend>::Hold;
+
+            fn new_queues(&self) -> Result<Vec<Self::Queue>> {
+                self.intra.new_queues()
+            }
+            fn own_queues(&self) -> Vec<Self::Queue> {
+                self.intra.own_queues()
+            }
+            fn queue_id(&self, queue: &Self::Queue) -> u64 {
+                self.intra.queue_id(queue)
+            }
+            fn order(&self, waiters: &[Self::Queue], ons: &[Self::Queue]) -> Result<()> {
+                self.intra.order(waiters, ons)
+            }
+            fn alloc<T: RsElement>(
+                &self,
+                rank: usize,
+                queue: &Self::Queue,
+                n: usize,
+            ) -> Result<<$b as Engine>::Buf<T>> {
+                self.intra.alloc(rank, queue, n)
+            }
+            fn addr<T: RsElement>(&self, rank: usize, buf: &<$b as Engine>::Buf<T>) -> u64 {
+                self.intra.addr(rank, buf)
+            }
+            fn check_placement<T: RsElement>(
+                &self,
+                rank: usize,
+                buf: &<$b as Engine>::Buf<T>,
+            ) -> Result<()> {
+                self.intra.check_placement(rank, buf)
+            }
+            fn hold<T: RsElement>(buf: &<$b as Engine>::Buf<T>) -> Self::Hold {
+                <Comm<$b> as GradBackend>::hold(buf)
+            }
+            fn write_on<T: RsElement>(
+                &self,
+                rank: usize,
+                queue: &Self::Queue,
+                buf: &mut <$b as Engine>::Buf<T>,
+                data: &[T],
+            ) -> Result<()> {
+                self.intra.write_on(rank, queue, buf, data)
+            }
+            unsafe fn run_task(
+                &self,
+                rank: usize,
+                queue: &Self::Queue,
+                task: Task,
+                holds: Vec<Self::Hold>,
+            ) -> Result<()> {
+                // SAFETY: the caller's promise, passed on.
+                unsafe { self.intra.run_task(rank, queue, task, holds) }
+            }
+            fn collective_on<T: RsElement>(
+                &self,
+                c: Collective,
+                regions: &mut [Region<'_, <$b as Engine>::Buf<T>>],
+                op: Op,
+                queues: &[Self::Queue],
+            ) -> Result<()> {
+                self.across_queues(queues, || self.collective(c, regions, op))
+            }
+            fn reduce_across<T: RsElement>(
+                &self,
+                buf: &mut <$b as Engine>::Buf<T>,
+                n: usize,
+                wire: Wire,
+                residual: Option<&mut <$b as Engine>::Buf<f32>>,
+                queue: &Self::Queue,
+            ) -> Option<Result<SparseSent>> {
+                let queues = std::slice::from_ref(queue);
+                Some(self.across_queues(queues, || {
+                    self.all_reduce_at(buf, 0..n, Step::Wire(wire), residual)
+                }))
+            }
+        }
+    };
+}
+
+grad_backend!(CpuBackend);
+grad_backend!(GpuBackend);
+
+impl<B: Backend> HierComm<B>
+where
+    Comm<B>: GradBackend,
+{
+    /// `f`, which runs on the node communicator's own queues, ordered
+    /// after the work on `queues` and before any later.
+    fn across_queues<R>(
+        &self,
+        queues: &[<Comm<B> as GradBackend>::Queue],
+        f: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
+        let own = self.intra.own_queues();
+        self.intra.order(&own, queues)?;
+        let r = f()?;
+        self.intra.order(queues, &own)?;
+        Ok(r)
+    }
+}
