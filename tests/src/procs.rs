@@ -50,6 +50,7 @@ impl Rank {
             "LD_LIBRARY_PATH",
             "CUDA_MPS_PIPE_DIRECTORY",
             "CUDA_CACHE_PATH",
+            "RINGREDUCE_NCCL_LIBRARY",
         ] {
             if let Ok(v) = std::env::var(keep) {
                 c.env(keep, v);

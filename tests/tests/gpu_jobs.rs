@@ -128,24 +128,93 @@ fn gpu_job_abort(dev: usize) {
 /// A hierarchical job of GPU ranks on simulated hosts: our kernels among
 /// a host's processes (CUDA IPC), the test stand-in between hosts; every
 /// case bit for bit against the hierarchical reference.
-fn gpu_hierarchical_job(dev: usize) {
-    let hosts = ["a", "a", "b", "b"];
+/// A hierarchical job of GPU ranks on simulated hosts: `job` in every
+/// rank, and NCCL's settings for processes on one GPU where the build has
+/// NCCL (each process its own `NCCL_HOSTID`, the socket transport on
+/// loopback); `RINGREDUCE_NCCL_LIBRARY` comes from the environment.
+fn hier_gpu_job(
+    dev: usize,
+    hosts: &[&str],
+    job: &str,
+    library: Option<&str>,
+) -> Vec<(i32, Vec<String>)> {
     let count = ringreduce::gpu::device_count().unwrap_or(1).max(1);
     let extra = [
-        ("RINGREDUCE_TEST_JOB", "hier".to_string()),
+        ("RINGREDUCE_TEST_JOB", job.to_string()),
         ("RINGREDUCE_TEST_GPU", "1".to_string()),
     ];
     let ranks = ringreduce_tests::procs::job(&bin(), hosts.len(), &extra, |r| {
-        vec![
+        let mut v = vec![
             ("RINGREDUCE_HOST_NAME", hosts[r].to_string()),
             ("RINGREDUCE_TEST_DEVICE", ((dev + r) % count).to_string()),
-        ]
+            ("NCCL_HOSTID", format!("{}-{r}", hosts[r])),
+            ("NCCL_SOCKET_IFNAME", "lo".to_string()),
+            ("NCCL_IB_DISABLE", "1".to_string()),
+            ("NCCL_NVLS_ENABLE", "0".to_string()),
+        ];
+        if let Some(l) = library {
+            v.push(("RINGREDUCE_NCCL_LIBRARY", l.to_string()));
+        }
+        v
     });
-    for (r, rank) in ranks.into_iter().enumerate() {
-        let (code, lines) = rank.finish();
+    ranks.into_iter().map(|r| r.finish()).collect()
+}
+
+/// The shapes of the hierarchical GPU tests.
+const HIER_SHAPES: [&[&str]; 3] = [
+    &["a", "a", "b", "b"],
+    &["a", "a", "a", "a", "b", "b", "b", "b"],
+    &["a", "b", "c", "d"],
+];
+
+fn gpu_hierarchical_job(dev: usize) {
+    for hosts in HIER_SHAPES {
+        for (r, (code, lines)) in hier_gpu_job(dev, hosts, "hier", None)
+            .into_iter()
+            .enumerate()
+        {
+            assert!(
+                code == 0 && lines.iter().any(|l| l == "ok 60 0"),
+                "{hosts:?}, rank {r}: exit {code}, {lines:?}"
+            );
+        }
+    }
+}
+
+fn gpu_hierarchical_grad(dev: usize) {
+    for hosts in HIER_SHAPES {
+        for (r, (code, lines)) in hier_gpu_job(dev, hosts, "hier-grad", None)
+            .into_iter()
+            .enumerate()
+        {
+            assert!(
+                code == 0 && lines.iter().any(|l| l == "ok 21 0"),
+                "{hosts:?}, rank {r}: exit {code}, {lines:?}"
+            );
+        }
+    }
+}
+
+/// With NCCL built in but not loadable, every rank of a job across nodes
+/// fails with the same typed error (one node never needs NCCL).
+fn gpu_hierarchical_without_nccl(dev: usize) {
+    let missing = Some("/nonexistent/libnccl.so.2");
+    for (r, (code, lines)) in hier_gpu_job(dev, HIER_SHAPES[0], "hier", missing)
+        .into_iter()
+        .enumerate()
+    {
+        let failed = code == 2 && lines.iter().any(|l| l.starts_with("error NcclUnavailable"));
+        let ran = code == 0 && lines.iter().any(|l| l == "ok 60 0");
+        let want = if cfg!(feature = "nccl") { failed } else { ran };
+        assert!(want, "rank {r}: exit {code}, {lines:?}");
+    }
+    for (r, (code, lines)) in hier_gpu_job(dev, &["a", "a"], "hier", missing)
+        .into_iter()
+        .enumerate()
+    {
         assert!(
             code == 0 && lines.iter().any(|l| l == "ok 60 0"),
-            "rank {r}: exit {code}, {lines:?}"
+            "one host, rank {r}: exit {code}, {lines:?}"
         );
     }
 }
@@ -153,6 +222,11 @@ fn gpu_hierarchical_job(dev: usize) {
 fn main() -> std::process::ExitCode {
     run_gpu_tests(&[
         ("gpu_hierarchical_job", gpu_hierarchical_job),
+        ("gpu_hierarchical_grad", gpu_hierarchical_grad),
+        (
+            "gpu_hierarchical_without_nccl",
+            gpu_hierarchical_without_nccl,
+        ),
         ("gpu_job_matrix", gpu_job_matrix),
         ("gpu_job_grad", gpu_job_grad),
         ("gpu_two_jobs_at_once", gpu_two_jobs_at_once),

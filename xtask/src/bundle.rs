@@ -96,7 +96,7 @@ fn build_tests(root: &Path, profile: Profile) -> Vec<(String, PathBuf)> {
         "-p",
         "ringreduce-tests",
         "--features",
-        "fault-injection",
+        "fault-injection,nccl",
     ];
     match profile {
         Profile::Release => {

@@ -49,6 +49,8 @@ pub type Alarm = Box<dyn Fn(Error) + Send + 'static>;
 pub trait Engine: Sized {
     /// Producer lanes of a block, which size the staging slots.
     const THREADS: u64;
+    /// Whether its ranks live on GPUs (so NCCL can link its nodes).
+    const ON_DEVICE: bool = false;
     /// What a call hands the backend besides its plan (streams, or the
     /// holds that keep buffers alive while queued).
     type Call<'a>;
@@ -78,6 +80,12 @@ pub trait Engine: Sized {
     /// Every peer has mapped this rank's memory: what only served to find
     /// it (a name) can go.
     fn mapped(&mut self) {}
+    /// The CUDA context of this process's rank, where NCCL links it to the
+    /// other nodes: `None` for a backend without a device (the CPU
+    /// execution, whose step between nodes is the test stand-in).
+    fn device_context(&self) -> Option<std::sync::Arc<cudarc::driver::CudaContext>> {
+        None
+    }
     /// What a lost or aborting peer sets off (see [`Alarm`]).
     fn alarm(&self) -> Alarm;
     /// As a rank of a job leaves: its work ends, and it lets go of its

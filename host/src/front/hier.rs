@@ -23,6 +23,10 @@ struct Card {
     offer: Vec<u8>,
     device: [u8; 16],
     across: SocketAddr,
+    /// Where NCCL links the nodes: the NCCL id of this rank's local index
+    /// (from its member on node 0; empty from the others), or why this
+    /// rank cannot load NCCL.
+    nccl: std::result::Result<Vec<u8>, String>,
 }
 
 /// What a rank says at the last meeting: it is linked to every peer.
@@ -49,8 +53,8 @@ impl<B: Engine> Joined<B> {
     /// ranks ([`Error::UnevenNodes`]), and every rank fails with the same
     /// typed error as [`Comm::init_rank`] does.
     ///
-    /// The step between nodes here is the CPU stand-in (loopback TCP, one
-    /// machine): the NCCL engine for GPUs is not built yet.
+    /// The step between nodes is NCCL's or the test stand-in's, as
+    /// [`uses_nccl`] says.
     pub fn init_rank(
         id: &UniqueId,
         rank: usize,
@@ -75,10 +79,18 @@ impl<B: Engine> Joined<B> {
         let job = id.job() ^ ((node as u64 + 1) << 40);
         let (joining, offer, device) = B::prepare(local, device, &config, job)?;
         let (listener, across_at) = TcpAcross::listen()?;
+        let by_nccl = uses_nccl::<B>(&nodes);
+        let nccl = match (by_nccl, node) {
+            (false, _) => Ok(Vec::new()),
+            (true, 0) => new_nccl_id(),
+            (true, _) => nccl_loads().map(|_| Vec::new()),
+        }
+        .map_err(|e| e.to_string());
         let card = Card {
             offer: offer.to_bytes()?,
             device,
             across: across_at,
+            nccl,
         };
         let card = postcard::to_stdvec(&card)
             .map_err(|e| Error::Bootstrap(format!("encoding a card: {e}")))?;
@@ -100,11 +112,31 @@ impl<B: Engine> Joined<B> {
                 exports: cards[r].offer.clone(),
             })
             .collect();
+        // Every rank fails alike where any rank cannot load NCCL.
+        if let Some((r, e)) = cards
+            .iter()
+            .enumerate()
+            .find_map(|(r, c)| c.nccl.as_ref().err().map(|e| (r, e)))
+        {
+            return Err(Error::NcclUnavailable(format!("on rank {r}: {e}")));
+        }
         let joined = Table::check(local, ids).and_then(|t| B::join(joining, &t, config.clone()));
         let group = nodes.across(local);
         let addrs: Vec<SocketAddr> = group.iter().map(|&r| cards[r].across).collect();
         let linked = joined.and_then(|b| {
-            TcpAcross::connect(node, group.clone(), &addrs, listener, timeout).map(|a| (b, a))
+            let across: Arc<dyn Across> = if by_nccl {
+                let id = cards[group[0]].nccl.as_deref().unwrap_or_default();
+                link_by_nccl(&b, id, node, group.len(), timeout)?
+            } else {
+                Arc::new(TcpAcross::connect(
+                    node,
+                    group.clone(),
+                    &addrs,
+                    listener,
+                    timeout,
+                )?)
+            };
+            Ok((b, across))
         });
         let said: &[u8] = if linked.is_ok() { LINKED } else { b"failed" };
         let parts = met.exchange(said, timeout);
@@ -115,7 +147,6 @@ impl<B: Engine> Joined<B> {
             )));
         }
         b.mapped();
-        let across: Arc<dyn Across> = Arc::new(across);
         let (alarm, cut) = (b.alarm(), across.clone());
         let cause = Arc::new(OnceLock::new());
         let heard = cause.clone();
@@ -133,4 +164,66 @@ impl<B: Engine> Joined<B> {
             cause,
         })
     }
+}
+
+/// Whether NCCL links this job's nodes: GPU ranks of a build with the
+/// `nccl` feature, on more than one node (on one node, never NCCL). The
+/// CPU execution, and a build without the feature, use the test
+/// stand-in, which reaches simulated hosts on one machine only.
+fn uses_nccl<B: Engine>(nodes: &Nodes) -> bool {
+    cfg!(feature = "nccl") && B::ON_DEVICE && !nodes.is_one_node()
+}
+
+#[cfg(feature = "nccl")]
+fn new_nccl_id() -> Result<Vec<u8>> {
+    crate::nccl::across::new_id()
+}
+
+#[cfg(feature = "nccl")]
+fn nccl_loads() -> Result<()> {
+    crate::nccl::library::nccl().map(|_| ())
+}
+
+/// The NCCL step between nodes of `b`'s rank: member `me` of `members`.
+#[cfg(feature = "nccl")]
+fn link_by_nccl<B: Engine>(
+    b: &B,
+    id: &[u8],
+    me: usize,
+    members: usize,
+    timeout: std::time::Duration,
+) -> Result<Arc<dyn Across>> {
+    let ctx = b
+        .device_context()
+        .ok_or_else(|| Error::NcclUnavailable("this backend has no device for NCCL".into()))?;
+    let a = crate::nccl::across::NcclAcross::init(ctx, id, me, members, timeout)?;
+    Ok(Arc::new(a))
+}
+
+#[cfg(not(feature = "nccl"))]
+fn new_nccl_id() -> Result<Vec<u8>> {
+    Err(no_nccl())
+}
+
+#[cfg(not(feature = "nccl"))]
+fn nccl_loads() -> Result<()> {
+    Err(no_nccl())
+}
+
+#[cfg(not(feature = "nccl"))]
+fn link_by_nccl<B: Engine>(
+    _b: &B,
+    _id: &[u8],
+    _me: usize,
+    _members: usize,
+    _timeout: std::time::Duration,
+) -> Result<Arc<dyn Across>> {
+    Err(no_nccl())
+}
+
+/// A build without the `nccl` feature has no NCCL ([`uses_nccl`] never
+/// asks it for one).
+#[cfg(not(feature = "nccl"))]
+fn no_nccl() -> Error {
+    Error::NcclUnavailable("this build has no `nccl` feature".into())
 }

@@ -417,6 +417,7 @@ impl GpuBackend {
 
 impl Engine for GpuBackend {
     const THREADS: u64 = GPU_THREADS;
+    const ON_DEVICE: bool = true;
     type Call<'a> = &'a [Arc<CudaStream>];
     type Buf<T: RsElement> = CudaSlice<T>;
 
@@ -438,6 +439,9 @@ impl Engine for GpuBackend {
     }
     fn join(joining: job::Joining, table: &Table, config: CommConfig) -> Result<Self> {
         GpuBackend::start(job::join(joining, table, config)?)
+    }
+    fn device_context(&self) -> Option<Arc<cudarc::driver::CudaContext>> {
+        self.inner.ranks.first().map(|r| r.ctx.clone())
     }
     fn alarm(&self) -> Alarm {
         let inner = self.inner.clone();

@@ -46,9 +46,12 @@ impl<B: Backend> HierComm<B> {
     /// ranks ([`Error::UnevenNodes`]), and every rank fails with the same
     /// typed error as [`Comm::init_rank`] does.
     ///
-    /// The step between nodes here is the CPU execution's test stand-in
-    /// (loopback TCP, hosts simulated on one machine): the NCCL engine for
-    /// GPUs is not built yet.
+    /// Between nodes, GPU ranks of a build with the `nccl` feature use
+    /// NCCL (loaded at run time: [`Error::NcclUnavailable`] on every rank
+    /// where any rank cannot load it); the CPU execution, and GPU ranks
+    /// without the feature, use a test stand-in over loopback TCP, which
+    /// reaches hosts simulated on one machine only. On one node, never
+    /// NCCL.
     pub fn init_rank(
         id: &UniqueId,
         rank: usize,
