@@ -112,6 +112,8 @@ pub use gpu::{Buffers, Communicator, GpuBackend, RawBuffers};
 pub use grad::{GradConfig, GradSync, Precision, Sparsity};
 pub use half;
 pub use hier::HierComm;
+#[cfg(feature = "nccl")]
+pub use nccl::NcclCommunicator;
 pub use region::Region;
 pub use ring::RingOrder;
 pub use ringreduce_kernels as kernels;

@@ -5,7 +5,7 @@
 //! are `crate::hier`'s.
 
 use super::engine::{Comm, Engine};
-use super::job::{check_join, peer_error};
+use super::{check_join, peer_error};
 use crate::across::{Across, TcpAcross};
 use crate::bootstrap::{host_name, rendezvous, Identity, UniqueId, Watch};
 use crate::config::CommConfig;
@@ -176,7 +176,7 @@ fn uses_nccl<B: Engine>(nodes: &Nodes) -> bool {
 
 #[cfg(feature = "nccl")]
 fn new_nccl_id() -> Result<Vec<u8>> {
-    crate::nccl::across::new_id()
+    crate::nccl::link::new_id()
 }
 
 #[cfg(feature = "nccl")]

@@ -84,7 +84,7 @@ impl<B: Engine> Comm<B> {
 /// A join's arguments, checked before anything is set up: a world of
 /// ranks, a rank inside it, and the watchdog that stops a kernel waiting
 /// for a dead peer.
-pub(super) fn check_join(rank: usize, world: usize, config: &CommConfig) -> Result<()> {
+pub(crate) fn check_join(rank: usize, world: usize, config: &CommConfig) -> Result<()> {
     if world == 0 {
         return Err(Error::ZeroRanks);
     }
@@ -98,7 +98,7 @@ pub(super) fn check_join(rank: usize, world: usize, config: &CommConfig) -> Resu
 }
 
 /// What the watch heard, as every pending and later call reports it.
-pub(super) fn peer_error(e: Event) -> Error {
+pub(crate) fn peer_error(e: Event) -> Error {
     match e {
         Event::Lost(rank) => Error::PeerLost { rank },
         Event::Aborted(rank) => Error::PeerAborted { rank },

@@ -1,0 +1,356 @@
+//! Flat NCCL behind the same [`Collectives`] interface as our kernels: one
+//! rank per process, joined through our bootstrap (rank 0's NCCL id rides
+//! the rendezvous), every type and op NCCL has. It is the baseline the
+//! hierarchical backend is measured against, and what a user without a
+//! fixed fold order can choose.
+
+use super::link::{new_id, Link};
+use crate::bootstrap::{host_name, rendezvous, Identity, UniqueId, Watch};
+use crate::collectives::Collectives;
+use crate::config::CommConfig;
+use crate::element::RsElement;
+use crate::error::{Error, Result};
+use crate::front::{check_join, peer_error};
+use crate::region::{check_regions, Region};
+use crate::ring::RingOrder;
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
+use cudarc::nccl::sys::{ncclDataType_t, ncclRedOp_t};
+use ringreduce_kernels::{Algorithm, Collective, DataType, Op};
+use std::ops::Range;
+use std::sync::{Arc, OnceLock};
+
+/// NCCL's name for a type.
+fn nccl_type(t: DataType) -> ncclDataType_t {
+    match t {
+        DataType::I8 => ncclDataType_t::ncclInt8,
+        DataType::U8 => ncclDataType_t::ncclUint8,
+        DataType::I32 => ncclDataType_t::ncclInt32,
+        DataType::U32 => ncclDataType_t::ncclUint32,
+        DataType::I64 => ncclDataType_t::ncclInt64,
+        DataType::U64 => ncclDataType_t::ncclUint64,
+        DataType::F16 => ncclDataType_t::ncclFloat16,
+        DataType::Bf16 => ncclDataType_t::ncclBfloat16,
+        DataType::F32 => ncclDataType_t::ncclFloat32,
+        DataType::F64 => ncclDataType_t::ncclFloat64,
+    }
+}
+
+/// NCCL's name for an op.
+fn nccl_op(op: Op) -> ncclRedOp_t {
+    match op {
+        Op::Sum => ncclRedOp_t::ncclSum,
+        Op::Prod => ncclRedOp_t::ncclProd,
+        Op::Max => ncclRedOp_t::ncclMax,
+        Op::Min => ncclRedOp_t::ncclMin,
+        Op::Avg => ncclRedOp_t::ncclAvg,
+    }
+}
+
+/// One rank of a flat NCCL job.
+pub struct NcclCommunicator {
+    link: Arc<Link>,
+    rank: usize,
+    world: usize,
+    config: CommConfig,
+    ring: RingOrder,
+    watch: Option<Watch>,
+    /// What the watch heard first: a call cut short by it reports this.
+    cause: Arc<OnceLock<Error>>,
+}
+
+impl NcclCommunicator {
+    /// Rank `rank` of `world` processes sharing `id`, on GPU `device`: the
+    /// rendezvous carries rank 0's NCCL id; every rank fails with
+    /// [`Error::NcclUnavailable`] where rank 0 cannot load NCCL.
+    pub fn init_rank(
+        id: &UniqueId,
+        rank: usize,
+        world: usize,
+        device: usize,
+        config: CommConfig,
+    ) -> Result<Self> {
+        check_join(rank, world, &config)?;
+        let timeout = config.effective_timeout();
+        let me = Identity {
+            rank: rank as u32,
+            host: host_name(),
+            pid: std::process::id(),
+            device: [0; 16],
+            exports: Vec::new(),
+        };
+        let mut met = rendezvous(id, me, world, timeout)?;
+        let mine: std::result::Result<Vec<u8>, String> = if rank == 0 {
+            new_id().map_err(|e| e.to_string())
+        } else {
+            Ok(Vec::new())
+        };
+        let card = postcard::to_stdvec(&mine)
+            .map_err(|e| Error::Bootstrap(format!("encoding the NCCL id: {e}")))?;
+        let cards = met.exchange(&card, timeout)?;
+        let first: std::result::Result<Vec<u8>, String> = postcard::from_bytes(&cards[0])
+            .map_err(|e| Error::Rendezvous(format!("rank 0's NCCL id is unreadable: {e}")))?;
+        let nccl_id = first.map_err(|e| Error::NcclUnavailable(format!("on rank 0: {e}")))?;
+        let ctx = crate::gpu::driver::open_device(device)?;
+        let link = Arc::new(Link::init(ctx, &nccl_id, rank, world, timeout)?);
+        let cause = Arc::new(OnceLock::new());
+        let (heard, cut) = (cause.clone(), link.clone());
+        let watch = Watch::start(met, move |e| {
+            let _ = heard.set(peer_error(e));
+            cut.abort();
+        })?;
+        Ok(NcclCommunicator {
+            link,
+            rank,
+            world,
+            ring: RingOrder::identity(world),
+            config,
+            watch: Some(watch),
+            cause,
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// `e`, or what the watch heard if it cut the call short.
+    fn cause_of(&self, e: Error) -> Error {
+        match (&e, self.cause.get()) {
+            (Error::Aborted { .. }, Some(c)) => c.clone(),
+            _ => e,
+        }
+    }
+
+    /// That `rank` is this process's.
+    fn check_rank(&self, rank: usize) -> Result<()> {
+        if rank >= self.world {
+            return Err(Error::RankOutOfRange {
+                rank,
+                world: self.world,
+            });
+        }
+        if rank != self.rank {
+            return Err(Error::RemoteRank {
+                rank,
+                local: self.rank..self.rank + 1,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// NCCL's collectives on this process's one rank; calls are queued on the
+/// link's stream and [`synchronize`](Collectives::synchronize) waits for
+/// them. NCCL chooses its own algorithm and fold order, so floats need
+/// not match a reference bit for bit (integers and min/max do).
+impl Collectives for NcclCommunicator {
+    type Buf<T: RsElement> = CudaSlice<T>;
+
+    /// An NCCL rank is one process of a job: made by
+    /// [`NcclCommunicator::init_rank`], never `k` at once.
+    fn create(_k: usize, _config: CommConfig) -> Result<Self> {
+        Err(Error::JobOnly("NcclCommunicator::init_rank"))
+    }
+    fn k(&self) -> usize {
+        self.world
+    }
+    fn local_ranks(&self) -> Range<usize> {
+        self.rank..self.rank + 1
+    }
+    /// Rank order: NCCL builds its own rings.
+    fn ring_order(&self) -> &RingOrder {
+        &self.ring
+    }
+    fn config(&self) -> &CommConfig {
+        &self.config
+    }
+    fn max_channels(&self) -> usize {
+        1
+    }
+    /// Reported as the ring: NCCL chooses.
+    fn algorithm_for<T: RsElement>(&self, _c: Collective, _n: usize) -> Result<Algorithm> {
+        Ok(Algorithm::Ring)
+    }
+    fn channels_for<T: RsElement>(&self, _c: Collective, _n: usize) -> Result<usize> {
+        Ok(1)
+    }
+    fn upload<T: RsElement>(&self, rank: usize, data: &[T]) -> Result<CudaSlice<T>> {
+        self.check_rank(rank)?;
+        Ok(self.link.stream.clone_htod(data)?)
+    }
+    fn len_of<T: RsElement>(buf: &CudaSlice<T>) -> usize {
+        buf.len()
+    }
+    fn read<T: RsElement>(
+        &self,
+        rank: usize,
+        buf: &CudaSlice<T>,
+        at: Range<usize>,
+    ) -> Result<Vec<T>> {
+        self.check_rank(rank)?;
+        crate::region::check_range(rank, "buffer", &at, buf.len())?;
+        self.synchronize()?;
+        Ok(self.link.stream.clone_dtoh(&buf.slice(at))?)
+    }
+    fn write<T: RsElement>(
+        &self,
+        rank: usize,
+        buf: &mut CudaSlice<T>,
+        at: usize,
+        data: &[T],
+    ) -> Result<()> {
+        self.check_rank(rank)?;
+        let r = at..at.saturating_add(data.len());
+        crate::region::check_range(rank, "buffer", &r, buf.len())?;
+        Ok(self.link.stream.memcpy_htod(data, &mut buf.slice_mut(r))?)
+    }
+    fn collective<T: RsElement>(
+        &self,
+        c: Collective,
+        regions: &mut [Region<'_, CudaSlice<T>>],
+        op: Op,
+    ) -> Result<()> {
+        let [region] = regions else {
+            return Err(Error::WrongBufferCount {
+                got: regions.len(),
+                k: 1,
+            });
+        };
+        check_regions(std::slice::from_ref(region), |b: &CudaSlice<T>| b.len())?;
+        let size = std::mem::size_of::<T>() as u64;
+        let s = &self.link.stream;
+        // Element ranges, and the addresses of their buffers' starts.
+        let (send_at, recv_at, send_base, recv_base, _syncs) = match region {
+            Region::OutOfPlace {
+                send,
+                send_at,
+                recv,
+                recv_at,
+            } => {
+                let (sp, ss) = send.device_ptr(s);
+                let (rp, rs) = recv.device_ptr_mut(s);
+                (send_at.clone(), recv_at.clone(), sp, rp, vec![ss, rs])
+            }
+            Region::Split {
+                buf,
+                send_at,
+                recv_at,
+            } => {
+                let (p, sync) = buf.device_ptr_mut(s);
+                (send_at.clone(), recv_at.clone(), p, p, vec![sync])
+            }
+            Region::InPlace { buf, at } => {
+                let world = self.world;
+                let n = match c {
+                    Collective::AllReduce => at.len(),
+                    _ if at.len() % world != 0 => {
+                        return Err(Error::InPlaceLength {
+                            rank: self.rank,
+                            len: at.len() as u64,
+                            k: world,
+                        })
+                    }
+                    _ => at.len() / world,
+                };
+                let (so, ro) = c.in_place_offsets(self.rank as u64, n as u64);
+                let (sl, rl) = c.lengths(world as u64, n as u64);
+                let so = at.start + so as usize;
+                let ro = at.start + ro as usize;
+                let (p, sync) = buf.device_ptr_mut(s);
+                (so..so + sl as usize, ro..ro + rl as usize, p, p, vec![sync])
+            }
+        };
+        let n = match c {
+            Collective::ReduceScatter => recv_at.len(),
+            _ => send_at.len(),
+        };
+        let (sl, rl) = c.lengths(self.world as u64, n as u64);
+        if send_at.len() as u64 != sl {
+            return Err(Error::SendLength {
+                rank: self.rank,
+                send_len: send_at.len() as u64,
+                expected: sl,
+                collective: c.name(),
+            });
+        }
+        if recv_at.len() as u64 != rl {
+            return Err(Error::RecvLength {
+                rank: self.rank,
+                recv_len: recv_at.len() as u64,
+                expected: rl,
+                collective: c.name(),
+            });
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let send = (send_base + send_at.start as u64 * size) as *const std::ffi::c_void;
+        let recv = (recv_base + recv_at.start as u64 * size) as *mut std::ffi::c_void;
+        let (t, o, l) = (nccl_type(T::DTYPE), nccl_op(op), &self.link);
+        let done = match c {
+            Collective::AllReduce => l.enqueue("ncclAllReduce", |cm, st| unsafe {
+                // SAFETY: both ranges lie in their buffers (checked), which
+                // stay borrowed until the caller synchronises.
+                (l.n.all_reduce)(send, recv, n, t, o, cm, st as _)
+            }),
+            Collective::ReduceScatter => l.enqueue("ncclReduceScatter", |cm, st| unsafe {
+                // SAFETY: as above.
+                (l.n.reduce_scatter)(send, recv, n, t, o, cm, st as _)
+            }),
+            Collective::AllGather => l.enqueue("ncclAllGather", |cm, st| unsafe {
+                // SAFETY: as above.
+                (l.n.all_gather)(send, recv, n, t, cm, st as _)
+            }),
+        };
+        done.map_err(|e| self.cause_of(e))
+    }
+    fn synchronize(&self) -> Result<()> {
+        self.link.wait().map_err(|e| self.cause_of(e))
+    }
+    fn abort(&self) {
+        self.link.abort();
+        if let Some(w) = &self.watch {
+            w.abort();
+        }
+    }
+}
+
+/// Leaves in order: NCCL's work ends, then the rank waits for every
+/// other to leave, so none takes the others' exit for a death.
+impl Drop for NcclCommunicator {
+    fn drop(&mut self) {
+        let _ = self.link.wait();
+        if let Some(w) = self.watch.take() {
+            let _ = w.leave(self.config.effective_timeout());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rank_fails_alike_where_rank_0_has_no_nccl() {
+        if crate::nccl::version().is_ok() {
+            // This machine has NCCL: the GPU tests cover it.
+            return;
+        }
+        let id = UniqueId::new().expect("an id");
+        let cfg = CommConfig::default().timeout(std::time::Duration::from_secs(10));
+        let ranks: Vec<_> = (0..2)
+            .map(|r| {
+                let (id, cfg) = (id.clone(), cfg.clone());
+                std::thread::spawn(move || NcclCommunicator::init_rank(&id, r, 2, 0, cfg).err())
+            })
+            .collect();
+        for (r, h) in ranks.into_iter().enumerate() {
+            let e = h.join().expect("no panic");
+            assert!(
+                matches!(&e, Some(Error::NcclUnavailable(t)) if t.starts_with("on rank 0")),
+                "rank {r}: {e:?}"
+            );
+        }
+    }
+}
