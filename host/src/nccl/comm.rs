@@ -341,7 +341,7 @@ mod tests {
         let cfg = CommConfig::default().timeout(std::time::Duration::from_secs(10));
         let ranks: Vec<_> = (0..2)
             .map(|r| {
-                let (id, cfg) = (id.clone(), cfg.clone());
+                let (id, cfg) = (id, cfg.clone());
                 std::thread::spawn(move || NcclCommunicator::init_rank(&id, r, 2, 0, cfg).err())
             })
             .collect();
