@@ -142,6 +142,39 @@ pub struct BenchArgs {
     /// more than one process runs as its job without this.
     #[arg(long = "procs", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub procs: Option<u32>,
+    /// What runs the collectives of a job of processes, one or several in
+    /// turn (their rows side by side in the report): ringreduce (flat, our
+    /// kernels), nccl (flat NCCL), hier (our kernels inside a node, the
+    /// step between nodes over NCCL on GPUs).
+    #[arg(long = "backend", value_delimiter = ',', default_value = "ringreduce")]
+    pub backend: Vec<BackendArg>,
+    /// With --procs: simulate this many hosts on this machine (node-major
+    /// ranks; each process its own NCCL_HOSTID, NCCL's socket transport on
+    /// loopback), for --backend hier and nccl.
+    #[arg(long = "nodes", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub nodes: Option<u32>,
+}
+
+/// A backend of `--backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendArg {
+    /// Our kernels, every rank one flat ring or direct job.
+    Ringreduce,
+    /// Flat NCCL.
+    Nccl,
+    /// Our kernels inside a node, the step between nodes over NCCL.
+    Hier,
+}
+
+impl BackendArg {
+    /// The name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendArg::Ringreduce => "ringreduce",
+            BackendArg::Nccl => "nccl",
+            BackendArg::Hier => "hier",
+        }
+    }
 }
 
 impl BenchArgs {

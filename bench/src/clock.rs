@@ -91,3 +91,36 @@ impl Clock for CpuCommunicator {
         Ok(())
     }
 }
+
+/// The host clock around calls that wait for themselves: a hierarchical
+/// rank's collectives and NCCL's (whose `synchronize` polls the stream),
+/// as a job of processes times them.
+macro_rules! host_clock {
+    ($t:ty $(, $g:ident)?) => {
+        impl<$($g: ringreduce::Backend)?> Clock for $t {
+            type Mark = Instant;
+
+            fn mark(&self) -> Result<Instant> {
+                self.synchronize()?;
+                Ok(Instant::now())
+            }
+
+            fn elapsed_us(&self, from: &Instant, to: &Instant) -> Result<f64> {
+                Ok(to.duration_since(*from).as_secs_f64() * 1e6)
+            }
+
+            type Graph = ();
+
+            fn capture(&self, _: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+                Err(Error::Driver("graph capture needs the GPU communicator".into()))
+            }
+
+            fn replay(&self, _: &()) -> Result<()> {
+                Ok(())
+            }
+        }
+    };
+}
+
+host_clock!(ringreduce::HierComm<B>, B);
+host_clock!(ringreduce::NcclCommunicator);

@@ -293,6 +293,7 @@ fn point<T: RsElement + FromSmall>(
         root: -1,
         channels: 0,
         algorithm: "nccl".into(),
+        backend: "nccl".into(),
         out_of_place: oop.unwrap_or_else(zero),
         in_place: ip.unwrap_or_else(zero),
     })

@@ -215,6 +215,7 @@ mod tests {
             root: -1,
             channels: 1,
             algorithm: algorithm.into(),
+            backend: "ringreduce".into(),
             out_of_place: perf(),
             in_place: perf(),
         }

@@ -33,9 +33,36 @@ pub fn without_procs(argv: &[String]) -> Vec<String> {
     out
 }
 
+/// NCCL's settings for processes on one machine: each its own
+/// `NCCL_HOSTID` (NCCL refuses two ranks of one host on one GPU), its
+/// socket transport on loopback unless the caller set otherwise, and
+/// never NVLink multicast.
+fn nccl_env(host: &str, r: usize) -> Vec<(&'static str, String)> {
+    let mut v = vec![
+        ("NCCL_HOSTID", format!("{host}-{r}")),
+        ("NCCL_NVLS_ENABLE", "0".to_string()),
+    ];
+    for (k, d) in [("NCCL_SOCKET_IFNAME", "lo"), ("NCCL_IB_DISABLE", "1")] {
+        if std::env::var_os(k).is_none() {
+            v.push((k, d.to_string()));
+        }
+    }
+    v
+}
+
 /// Runs this bench as `n` processes with torchrun's variables (rank 0's
-/// output is this one's) and returns the first failing exit code, else 0.
-pub fn spawn_job(n: usize, argv: &[String]) -> Result<i32, String> {
+/// output is this one's), on `nodes` simulated hosts when given (ranks
+/// node-major, each host named by `RINGREDUCE_HOST_NAME`), and returns
+/// the first failing exit code, else 0.
+pub fn spawn_job(n: usize, nodes: Option<usize>, argv: &[String]) -> Result<i32, String> {
+    let per = match nodes {
+        Some(m) if m == 0 || n % m != 0 => {
+            return Err(format!("--nodes {m} does not divide --procs {n}"));
+        }
+        Some(m) => n / m,
+        None => n,
+    };
+    let host = |r: usize| format!("node{}", r / per);
     let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -52,6 +79,8 @@ pub fn spawn_job(n: usize, argv: &[String]) -> Result<i32, String> {
                 .env("LOCAL_WORLD_SIZE", n.to_string())
                 .env("MASTER_ADDR", "127.0.0.1")
                 .env("MASTER_PORT", port.to_string())
+                .envs(nccl_env(&host(r), r))
+                .envs(nodes.map(|_| ("RINGREDUCE_HOST_NAME", host(r))))
                 .stdout(if r == 0 {
                     Stdio::inherit()
                 } else {

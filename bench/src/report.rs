@@ -48,8 +48,16 @@ pub struct Row {
     /// `nccl` for NCCL's rows).
     #[serde(default)]
     pub algorithm: String,
+    /// What ran it (`--backend`): `ringreduce`, `nccl` or `hier`.
+    #[serde(default = "ringreduce")]
+    pub backend: String,
     pub out_of_place: Perf,
     pub in_place: Perf,
+}
+
+/// The backend of rows from before `--backend`.
+fn ringreduce() -> String {
+    "ringreduce".into()
 }
 
 /// Ceilings, measured in the same process before the sweep. Copy bandwidths

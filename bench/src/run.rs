@@ -3,7 +3,8 @@
 //! execution when there is no GPU (or `--cpu`).
 
 use crate::ceilings;
-use crate::cli::{AlgoArg, BenchArgs};
+use crate::cli::{AlgoArg, BackendArg, BenchArgs};
+use crate::clock::Clock;
 use crate::nccl;
 use crate::plot;
 use crate::point::{points, Judge, Point};
@@ -12,7 +13,10 @@ use crate::sizes::sweep;
 use crate::sweeps::{points_for, rematch_all, runs_here, sweep_all, with_algo};
 use crate::table;
 use cudarc::driver::sys;
-use ringreduce::{Algo, CommConfig, Communicator, CpuCommunicator, RingOrder};
+use ringreduce::{
+    Algo, CommConfig, Communicator, CpuBackend, CpuCommunicator, GpuBackend, HierComm,
+    NcclCommunicator, RingOrder,
+};
 
 /// Largest size the CPU execution sweeps to: it exists to show the runner
 /// works, not to measure anything.
@@ -33,7 +37,7 @@ pub fn run(args: BenchArgs, argv: Vec<String>) -> i32 {
 
 fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
     if let Some(n) = args.procs.filter(|&n| n > 1) {
-        return crate::procs::spawn_job(n as usize, &argv);
+        return crate::procs::spawn_job(n as usize, args.nodes.map(|m| m as usize), &argv);
     }
     let job = crate::procs::launched()?;
     // Only rank 0 writes the report and the plot (every rank is given the
@@ -115,6 +119,18 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
     if job.is_some() && (args.collective.is_grad() || args.vs_nccl || args.graph) {
         return Err("the gradient rows, --vs-nccl and --graph run in one process".into());
     }
+    let others: Vec<BackendArg> = args
+        .backend
+        .iter()
+        .copied()
+        .filter(|b| *b != BackendArg::Ringreduce)
+        .collect();
+    if !others.is_empty() && (job.is_none() || args.collective.is_grad()) {
+        return Err(
+            "--backend nccl and hier run the collectives of a job of processes (--procs N)".into(),
+        );
+    }
+    let ours = args.backend.contains(&BackendArg::Ringreduce);
     if args.collective.is_grad() {
         return grad_main(args, argv, use_gpu, &sizes, &config);
     }
@@ -160,6 +176,8 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
     };
 
     let mut per_algo: Vec<(Option<Algo>, Vec<Row>)> = Vec::new();
+    // The rows of --backend nccl and hier.
+    let mut other_rows: Vec<Row> = Vec::new();
     let rematched;
     let gpu_count = *gpus.as_ref().unwrap_or(&1);
     if use_gpu {
@@ -209,7 +227,11 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
             }
             Ok(comm)
         };
-        for (i, a) in args.algos().into_iter().enumerate() {
+        if !ours {
+            print!("{}", table::preamble(&report));
+            print!("{}", table::ceilings(&c));
+        }
+        for (i, a) in args.algos().into_iter().enumerate().filter(|_| ours) {
             let comm = make(a).map_err(|e| e.to_string())?;
             if !runs_here(&comm, a) {
                 continue;
@@ -222,6 +244,35 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
             }
             let rows = sweep_all(args, &comm, &points_for(&pts, a), judge, "1-block copy")?;
             per_algo.push((a, rows));
+        }
+        if let Some(l) = &job {
+            for &b in &others {
+                let name = "1-block copy";
+                other_rows.extend(match b {
+                    BackendArg::Nccl => {
+                        let comm = NcclCommunicator::init_rank(
+                            &l.unique_id().map_err(|e| e.to_string())?,
+                            l.rank,
+                            l.world,
+                            mine,
+                            config.clone(),
+                        )
+                        .map_err(|e| e.to_string())?;
+                        backend_sweep(args, &comm, &pts, judge, name, b)?
+                    }
+                    _ => {
+                        let comm = HierComm::<GpuBackend>::init_rank(
+                            &l.unique_id().map_err(|e| e.to_string())?,
+                            l.rank,
+                            l.world,
+                            mine,
+                            config.clone(),
+                        )
+                        .map_err(|e| e.to_string())?;
+                        backend_sweep(args, &comm, &pts, judge, name, b)?
+                    }
+                });
+            }
         }
         report.ceilings = Some(c);
         rematched = rematch_all(args, &make, &pts, &per_algo)?;
@@ -241,7 +292,10 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
             ),
             None => CpuCommunicator::with_config(ranks, with_algo(&config, a)),
         };
-        for (i, a) in args.algos().into_iter().enumerate() {
+        if !ours {
+            print!("{}", table::preamble(&report));
+        }
+        for (i, a) in args.algos().into_iter().enumerate().filter(|_| ours) {
             let comm = make(a).map_err(|e| e.to_string())?;
             if !runs_here(&comm, a) {
                 continue;
@@ -252,6 +306,22 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
             }
             let rows = sweep_all(args, &comm, &points_for(&pts, a), judge, "(none: CPU)")?;
             per_algo.push((a, rows));
+        }
+        if let Some(l) = &job {
+            for &b in &others {
+                if b == BackendArg::Nccl {
+                    return Err("--backend nccl needs GPUs".into());
+                }
+                let comm = HierComm::<CpuBackend>::init_rank(
+                    &l.unique_id().map_err(|e| e.to_string())?,
+                    l.rank,
+                    l.world,
+                    0,
+                    config.clone(),
+                )
+                .map_err(|e| e.to_string())?;
+                other_rows.extend(backend_sweep(args, &comm, &pts, judge, "(none: CPU)", b)?);
+            }
         }
         rematched = rematch_all(args, &make, &pts, &per_algo)?;
     }
@@ -271,6 +341,7 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
     }
     report.auto_rematch = rematched;
     report.rows = per_algo.into_iter().flat_map(|(_, rows)| rows).collect();
+    report.rows.extend(other_rows);
 
     finish(
         args,
@@ -281,6 +352,27 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
     )?;
     // Every rank checked its own outputs; rank 0's report counts its own.
     Ok(if report.out_of_bounds == 0 { 0 } else { 1 })
+}
+
+/// The sweep of `--backend` `b` (NCCL's, or the hierarchical one) on
+/// `comm`, its rows named by it.
+fn backend_sweep<C: Clock>(
+    args: &BenchArgs,
+    comm: &C,
+    pts: &[Point],
+    judge: Judge,
+    ceiling_name: &str,
+    b: BackendArg,
+) -> Result<Vec<Row>, String> {
+    println!("#\n# backend: {}", b.name());
+    let mut rows = sweep_all(args, comm, &points_for(pts, None), judge, ceiling_name)?;
+    for r in &mut rows {
+        r.backend = b.name().into();
+        if b == BackendArg::Nccl {
+            r.algorithm = "nccl".into();
+        }
+    }
+    Ok(rows)
 }
 
 /// The communicators' configuration the bench's flags ask for.

@@ -192,6 +192,7 @@ fn type_sweep<C: Clock, T: RsElement + FromSmall>(
             root: -1,
             channels: comm.channels_for::<T>(c, n)? as u64,
             algorithm: comm.algorithm_for::<T>(c, n)?.name().into(),
+            backend: "ringreduce".into(),
             out_of_place: Perf {
                 host_us: host[0],
                 ..perf(k, p, timed[0], wrong[0], judge)

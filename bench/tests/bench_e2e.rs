@@ -141,6 +141,72 @@ fn bad_arguments_fail_cleanly() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown data type"));
 }
 
+/// `--procs 4 --nodes 2 --backend hier`: the hierarchical backend over two
+/// simulated hosts, every row checked and named by its backend; `nccl`
+/// without a GPU, and a backend other than ours outside a job, are refused.
+#[test]
+fn cpu_hierarchical_job_end_to_end() {
+    let json = tmp("hier.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_ringreduce-bench"))
+        .args(["--cpu", "--procs", "4", "--nodes", "2", "--backend", "hier"])
+        .args([
+            "-b",
+            "8",
+            "-e",
+            "64K",
+            "-f",
+            "64",
+            "--collective",
+            "all",
+            "-n",
+            "2",
+            "-w",
+            "1",
+        ])
+        .arg("-J")
+        .arg(&json)
+        .output()
+        .expect("run the bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout.matches("# Out of bounds values : 0 OK").count(),
+        3,
+        "{stdout}"
+    );
+    let report: Report = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!((report.ranks, report.processes), (4, 4));
+    assert!(!report.rows.is_empty() && report.rows.iter().all(|r| r.backend == "hier"));
+
+    for (args, why) in [
+        (
+            vec!["--procs", "4", "--nodes", "2", "--backend", "nccl"],
+            "needs GPUs",
+        ),
+        (vec!["--backend", "hier"], "job of processes"),
+        (
+            vec!["--procs", "4", "--nodes", "3", "--backend", "hier"],
+            "does not divide",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ringreduce-bench"))
+            .arg("--cpu")
+            .args(&args)
+            .args(["-b", "8", "-e", "8"])
+            .output()
+            .expect("run the bench");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(why),
+            "{args:?}: {err}"
+        );
+    }
+}
+
 /// `--procs 3`: three processes of the bench, one rank each, their
 /// communicator across processes; rank 0 alone prints one table per
 /// collective, every row checked, and the JSON says three processes.
@@ -236,6 +302,7 @@ fn json_schema_is_stable() {
         rows: vec![ringreduce_bench::report::Row {
             collective: "reduce_scatter".into(),
             algorithm: "ring".into(),
+            backend: "ringreduce".into(),
             channels: 2,
             size: 8,
             count: 1,

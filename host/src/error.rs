@@ -456,11 +456,12 @@ pub enum Error {
         /// The rank that aborted.
         rank: usize,
     },
-    /// A rank of the job runs on another host: until a network backend
-    /// lands, every rank of a job must share one host's memory.
+    /// A rank of the job runs on another host: a flat communicator's
+    /// ranks share one host's memory; a job across hosts is a
+    /// [`HierComm`](crate::HierComm).
     #[error(
-        "rank {rank} runs on host {theirs:?}, rank 0 on {ours:?}: a job across hosts needs a \
-         network backend, which this build does not have"
+        "rank {rank} runs on host {theirs:?}, rank 0 on {ours:?}: a flat communicator's ranks \
+         share one host; a job across hosts runs as HierComm"
     )]
     OtherHost {
         /// The rank on another host.
