@@ -56,7 +56,7 @@ fn nccl_env(host: &str, r: usize) -> Vec<(&'static str, String)> {
 /// the first failing exit code, else 0.
 pub fn spawn_job(n: usize, nodes: Option<usize>, argv: &[String]) -> Result<i32, String> {
     let per = match nodes {
-        Some(m) if m == 0 || n % m != 0 => {
+        Some(m) if m == 0 || !n.is_multiple_of(m) => {
             return Err(format!("--nodes {m} does not divide --procs {n}"));
         }
         Some(m) => n / m,
