@@ -166,6 +166,14 @@ pub fn all() -> Vec<Part> {
             "-b 8 -e 512 -f 8 -n 2 -w 1",
             40,
         ),
+        procs(
+            "hier-2x2",
+            "beyond one node, simulated: 4 processes as 2 hosts x 2 (MPS where present), all-reduce 1 MiB to 256 MiB, the hierarchical backend beside flat NCCL over the same processes (each its own host to NCCL; NCCL from RINGREDUCE_NCCL_LIBRARY); the CPU execution runs the hierarchical rows only",
+            "--procs 4 --nodes 2 -d float -o sum --collective all-reduce",
+            "--backend hier,nccl -b 1M -e 256M -f 4 -n 5 -w 2",
+            "--backend hier -b 8 -e 64K -f 8 -n 2 -w 1",
+            120,
+        ),
         Part {
             name: "grad",
             about: "the gradient layer: fused against per-tensor, the streaming session and its stream order, half precision against its reference, sparse against a sort-based selection, results identical to the CPU execution",
