@@ -129,7 +129,7 @@ fn time_and_enqueue<C: GradBackend>(
 }
 
 fn tensor<C: GradBackend>(comm: &C, n: usize, seed: u32) -> Result<Vec<C::Buf<f32>>, String> {
-    (0..comm.k())
+    comm.local_ranks()
         .map(|u| {
             let v: Vec<f32> = (0..n)
                 .map(|i| ((i as u32 ^ seed ^ (u as u32 * 7919)) % 61) as f32 - 30.0)
@@ -147,7 +147,7 @@ fn spread_tensor<C: GradBackend>(
     n: usize,
     seed: u32,
 ) -> Result<Vec<C::Buf<f32>>, String> {
-    (0..comm.k())
+    comm.local_ranks()
         .map(|u| {
             let v: Vec<f32> = (0..n)
                 .map(|i| {
@@ -195,8 +195,9 @@ fn zeroed<C: GradBackend, T: ringreduce::RsElement>(
     n: usize,
 ) -> Result<Vec<C::Buf<T>>, String> {
     let own = comm.own_queues();
-    (0..comm.k())
-        .map(|u| comm.alloc::<T>(u, &own[u], n).map_err(|e| e.to_string()))
+    own.iter()
+        .enumerate()
+        .map(|(u, q)| comm.alloc::<T>(u, q, n).map_err(|e| e.to_string()))
         .collect()
 }
 
@@ -381,8 +382,8 @@ pub fn rows<C: GradBackend>(
             // `gradient_as_bucket_view`): the same buckets, no copies.
             let mut grads = g.bucketed(&lens).map_err(e)?;
             for b in 0..grads.buckets() {
-                for u in 0..comm.k() {
-                    let buf = &mut grads.bucket_mut(b)[u];
+                for (i, u) in comm.local_ranks().enumerate() {
+                    let buf = &mut grads.bucket_mut(b)[i];
                     let ones = vec![1.0f32; C::len_of(buf)];
                     comm.write(u, buf, 0, &ones).map_err(e)?;
                 }

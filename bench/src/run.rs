@@ -116,8 +116,12 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         RingOrder::for_ranks(args.ring_order.as_deref(), ranks).map_err(|e| e.to_string())?;
     let config = config_of(args, &ring);
 
-    if job.is_some() && (args.collective.is_grad() || args.vs_nccl || args.graph) {
-        return Err("the gradient rows, --vs-nccl and --graph run in one process".into());
+    let hier_only = args.backend == [BackendArg::Hier];
+    if job.is_some() && args.collective.is_grad() && !hier_only {
+        return Err("the gradient rows run in one process, or with --backend hier alone".into());
+    }
+    if job.is_some() && (args.vs_nccl || args.graph) {
+        return Err("--vs-nccl and --graph run in one process".into());
     }
     let others: Vec<BackendArg> = args
         .backend
@@ -125,14 +129,14 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
         .copied()
         .filter(|b| *b != BackendArg::Ringreduce)
         .collect();
-    if !others.is_empty() && (job.is_none() || args.collective.is_grad()) {
+    if !others.is_empty() && job.is_none() {
         return Err(
             "--backend nccl and hier run the collectives of a job of processes (--procs N)".into(),
         );
     }
     let ours = args.backend.contains(&BackendArg::Ringreduce);
     if args.collective.is_grad() {
-        return grad_main(args, argv, use_gpu, &sizes, &config);
+        return grad_main(args, argv, use_gpu, &sizes, &config, job.as_ref());
     }
 
     let mut report = Report {
@@ -456,9 +460,52 @@ fn grad_main(
     use_gpu: bool,
     sizes: &[u64],
     config: &CommConfig,
+    job: Option<&ringreduce::bootstrap::Launch>,
 ) -> Result<i32, String> {
     let e = |e: ringreduce::Error| e.to_string();
-    let (rows, device) = if use_gpu {
+    // A hierarchical job: this process's rank, the step between its
+    // nodes compressed as each row asks.
+    let hier = |l: &ringreduce::bootstrap::Launch, fused| -> Result<_, String> {
+        let id = l.unique_id().map_err(e)?;
+        if use_gpu {
+            let gpus = ringreduce::gpu::device_count().map_err(e)?.max(1);
+            let comm = HierComm::<GpuBackend>::init_rank(
+                &id,
+                l.rank,
+                l.world,
+                l.local_rank % gpus,
+                config.clone(),
+            )
+            .map_err(e)?;
+            let device = ringreduce::gpu::open_device(l.local_rank % gpus)
+                .and_then(|c| Ok(c.name()?))
+                .map_err(e)?;
+            let r = crate::grad::rows(
+                &comm,
+                args.collective,
+                sizes,
+                args.warmup,
+                args.iters,
+                fused,
+            )?;
+            Ok((r, device))
+        } else {
+            let comm = HierComm::<CpuBackend>::init_rank(&id, l.rank, l.world, 0, config.clone())
+                .map_err(e)?;
+            let r = crate::grad::rows(
+                &comm,
+                args.collective,
+                sizes,
+                args.warmup,
+                args.iters,
+                fused,
+            )?;
+            Ok((r, "CPU execution".to_string()))
+        }
+    };
+    let (rows, device) = if let Some(l) = job {
+        hier(l, if use_gpu { 161 } else { 40 })?
+    } else if use_gpu {
         let gpus = ringreduce::gpu::device_count().map_err(e)?;
         let devices = placement(args.ranks, gpus);
         let comm = Communicator::with_placement(&devices, config.clone()).map_err(e)?;
@@ -474,13 +521,13 @@ fn grad_main(
         let r = crate::grad::rows(&comm, args.collective, sizes, args.warmup, args.iters, 40)?;
         (r, "CPU execution".to_string())
     };
-    let mut report =
-        crate::grad::report(argv, use_gpu, device, args.ranks, args.iters, args.warmup);
+    let ranks = job.map_or(args.ranks, |l| l.world);
+    let mut report = crate::grad::report(argv, use_gpu, device, ranks, args.iters, args.warmup);
     println!(
         "# ringreduce {} {}: nRanks {} iters {} warmup {} on {}",
         env!("CARGO_PKG_VERSION"),
         args.collective.name(),
-        args.ranks,
+        ranks,
         args.iters,
         args.warmup,
         report.device

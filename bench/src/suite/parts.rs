@@ -120,6 +120,19 @@ pub fn all() -> Vec<Part> {
         cap_s: 300,
         job: Job::Mps(Box::new(Job::Sweep { common, gpu, cpu })),
     };
+    // The gradient layer on the hierarchical backend: 4 processes as 2
+    // simulated hosts x 2 (MPS where present).
+    let hier_grad = |name, about: &'static str, common, gpu| Part {
+        name,
+        about,
+        est_s: (150, 30),
+        cap_s: 600,
+        job: Job::Mps(Box::new(Job::GradBench {
+            common,
+            gpu,
+            cpu: "-b 64K -e 64K -n 1 -w 1",
+        })),
+    };
     vec![
         Part {
             name: "tests",
@@ -456,6 +469,24 @@ pub fn all() -> Vec<Part> {
                 cpu: "-b 64K -e 64K -n 1 -w 1",
             },
         },
+        hier_grad(
+            "hier-half-2x2",
+            "2 simulated hosts x 2, the gradient layer on the hierarchical backend: f16 and bf16 (only the step between nodes in 16 bits) against the dense f32 hierarchical all-reduce of 256 MiB",
+            "--procs 4 --nodes 2 --backend hier --collective half",
+            "-b 256M -e 256M -n 5 -w 2",
+        ),
+        hier_grad(
+            "hier-sparse-2x2",
+            "2 simulated hosts x 2, the gradient layer on the hierarchical backend: top-K at 0.1% to 20% (only the step between nodes sparse) against the dense f32 hierarchical all-reduce of 256 MiB, and the break-even density",
+            "--procs 4 --nodes 2 --backend hier --collective sparse",
+            "-b 256M -e 256M -n 3 -w 1",
+        ),
+        hier_grad(
+            "hier-fused-2x2",
+            "2 simulated hosts x 2, the gradient layer on the hierarchical backend: ResNet-50's 161 gradients fused, streamed and in their buckets against one hierarchical all-reduce per tensor",
+            "--procs 4 --nodes 2 --backend hier --collective fused",
+            "-n 5 -w 2",
+        ),
         Part {
             name: "soak-k8",
             about: "the soak at k = 8",
