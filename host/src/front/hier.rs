@@ -227,3 +227,21 @@ fn link_by_nccl<B: Engine>(
 fn no_nccl() -> Error {
     Error::NcclUnavailable("this build has no `nccl` feature".into())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::CpuBackend;
+    use crate::gpu::GpuBackend;
+
+    #[test]
+    fn nccl_links_gpu_nodes_only_across_hosts() {
+        let one = Nodes::group(&["a", "a"]).expect("one host");
+        let two = Nodes::group(&["a", "b"]).expect("two hosts");
+        // On one node, never NCCL; the CPU execution never.
+        assert!(!uses_nccl::<GpuBackend>(&one));
+        assert!(!uses_nccl::<CpuBackend>(&one));
+        assert!(!uses_nccl::<CpuBackend>(&two));
+        assert_eq!(uses_nccl::<GpuBackend>(&two), cfg!(feature = "nccl"));
+    }
+}
