@@ -14,7 +14,8 @@ use crate::point::{perf, with_elem, Judge, Point};
 use crate::report::{Perf, Row};
 use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
 use cudarc::nccl::{result as nresult, sys as nsys};
-use ringreduce::{Collective, DataType, Op, RsElement};
+use ringreduce::nccl::{nccl_op, nccl_type};
+use ringreduce::{Collective, RsElement};
 use std::sync::Arc;
 
 const REEXEC_ENV: &str = "RINGREDUCE_BENCH_NCCL_REEXEC";
@@ -75,7 +76,7 @@ pub fn prepare_library() {
 }
 
 /// `nvidia/nccl/lib/libnccl.so.2` from the Python wheels, where python3 is.
-fn find_wheel_nccl() -> Option<std::path::PathBuf> {
+pub fn find_wheel_nccl() -> Option<std::path::PathBuf> {
     let out = std::process::Command::new("python3")
         .args([
             "-c",
@@ -85,32 +86,6 @@ fn find_wheel_nccl() -> Option<std::path::PathBuf> {
         .ok()?;
     let p = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     p.exists().then_some(p)
-}
-
-fn nccl_op(op: Op) -> nsys::ncclRedOp_t {
-    match op {
-        Op::Sum => nsys::ncclRedOp_t::ncclSum,
-        Op::Prod => nsys::ncclRedOp_t::ncclProd,
-        Op::Max => nsys::ncclRedOp_t::ncclMax,
-        Op::Min => nsys::ncclRedOp_t::ncclMin,
-        Op::Avg => nsys::ncclRedOp_t::ncclAvg,
-    }
-}
-
-fn nccl_type(d: DataType) -> nsys::ncclDataType_t {
-    use nsys::ncclDataType_t as N;
-    match d {
-        DataType::I8 => N::ncclInt8,
-        DataType::U8 => N::ncclUint8,
-        DataType::I32 => N::ncclInt32,
-        DataType::U32 => N::ncclUint32,
-        DataType::I64 => N::ncclInt64,
-        DataType::U64 => N::ncclUint64,
-        DataType::F16 => N::ncclFloat16,
-        DataType::Bf16 => N::ncclBfloat16,
-        DataType::F32 => N::ncclFloat32,
-        DataType::F64 => N::ncclFloat64,
-    }
 }
 
 /// NCCL communicators, one per device, destroyed on drop.

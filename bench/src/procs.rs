@@ -35,9 +35,9 @@ pub fn without_procs(argv: &[String]) -> Vec<String> {
 
 /// NCCL's settings for processes on one machine: each its own
 /// `NCCL_HOSTID` (NCCL refuses two ranks of one host on one GPU), its
-/// socket transport on loopback unless the caller set otherwise, and
-/// never NVLink multicast.
-fn nccl_env(host: &str, r: usize) -> Vec<(&'static str, String)> {
+/// socket transport on loopback unless the caller set otherwise, never
+/// NVLink multicast, and the Python wheel's library where none is named.
+fn nccl_env(host: &str, r: usize, library: Option<&str>) -> Vec<(&'static str, String)> {
     let mut v = vec![
         ("NCCL_HOSTID", format!("{host}-{r}")),
         ("NCCL_NVLS_ENABLE", "0".to_string()),
@@ -46,6 +46,9 @@ fn nccl_env(host: &str, r: usize) -> Vec<(&'static str, String)> {
         if std::env::var_os(k).is_none() {
             v.push((k, d.to_string()));
         }
+    }
+    if let Some(l) = library {
+        v.push((ringreduce::nccl::LIBRARY_ENV, l.to_string()));
     }
     v
 }
@@ -63,6 +66,11 @@ pub fn spawn_job(n: usize, nodes: Option<usize>, argv: &[String]) -> Result<i32,
         None => n,
     };
     let host = |r: usize| format!("node{}", r / per);
+    // A pip wheel's libnccl.so.2 is off the loader's path: name it.
+    let library = match std::env::var_os(ringreduce::nccl::LIBRARY_ENV) {
+        Some(_) => None,
+        None => crate::nccl::find_wheel_nccl().map(|p| p.display().to_string()),
+    };
     let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -79,7 +87,7 @@ pub fn spawn_job(n: usize, nodes: Option<usize>, argv: &[String]) -> Result<i32,
                 .env("LOCAL_WORLD_SIZE", n.to_string())
                 .env("MASTER_ADDR", "127.0.0.1")
                 .env("MASTER_PORT", port.to_string())
-                .envs(nccl_env(&host(r), r))
+                .envs(nccl_env(&host(r), r, library.as_deref()))
                 .envs(nodes.map(|_| ("RINGREDUCE_HOST_NAME", host(r))))
                 .stdout(if r == 0 {
                     Stdio::inherit()

@@ -20,7 +20,7 @@ use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 /// NCCL's name for a type.
-fn nccl_type(t: DataType) -> ncclDataType_t {
+pub fn nccl_type(t: DataType) -> ncclDataType_t {
     match t {
         DataType::I8 => ncclDataType_t::ncclInt8,
         DataType::U8 => ncclDataType_t::ncclUint8,
@@ -36,7 +36,7 @@ fn nccl_type(t: DataType) -> ncclDataType_t {
 }
 
 /// NCCL's name for an op.
-fn nccl_op(op: Op) -> ncclRedOp_t {
+pub fn nccl_op(op: Op) -> ncclRedOp_t {
     match op {
         Op::Sum => ncclRedOp_t::ncclSum,
         Op::Prod => ncclRedOp_t::ncclProd,

@@ -8,6 +8,6 @@ mod comm;
 pub mod library;
 pub(crate) mod link;
 
-pub use comm::NcclCommunicator;
+pub use comm::{nccl_op, nccl_type, NcclCommunicator};
 
 pub use library::{version, version_text, LIBRARY_ENV, MIN_VERSION};
