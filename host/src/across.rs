@@ -37,6 +37,8 @@ pub(crate) struct TcpAcross {
     ranks: Vec<usize>,
     /// One link per other member (`None` at `me`).
     links: Vec<Option<Link>>,
+    /// How long a read waits.
+    timeout: Duration,
 }
 
 impl TcpAcross {
@@ -98,18 +100,21 @@ impl TcpAcross {
                 .transpose()
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(TcpAcross { me, ranks, links })
+        Ok(TcpAcross {
+            me,
+            ranks,
+            links,
+            timeout,
+        })
     }
 
     /// The error for member `j`'s link failing with `e`.
     fn lost(&self, j: usize, e: std::io::Error) -> Error {
         match e.kind() {
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-                Error::Bootstrap(format!(
-                    "the step between nodes heard nothing from rank {} within the timeout",
-                    self.ranks[j]
-                ))
-            }
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::NoProgress {
+                what: format!("the step between nodes (waiting on rank {})", self.ranks[j]),
+                waited: self.timeout,
+            },
             _ => Error::PeerLost {
                 rank: self.ranks[j],
             },

@@ -527,6 +527,15 @@ pub enum Error {
         /// `ncclGetErrorString`, and the communicator's last error.
         text: String,
     },
+    /// A network step (between nodes, or NCCL's) made no progress within
+    /// the communicator's timeout; the communicator is done.
+    #[error("{what} made no progress within {waited:?}")]
+    NoProgress {
+        /// The step, in words (naming the silent peer where known).
+        what: String,
+        /// The timeout it waited.
+        waited: std::time::Duration,
+    },
     /// A communicator that is one process of a job, asked to be made as
     /// all its ranks at once: the text names its constructor.
     #[error("this communicator is one process of a job: make it with {0}")]

@@ -111,3 +111,43 @@ fn a_rank_on_the_other_host_killed_mid_collective_fails_every_survivor() {
     let within = Duration::from_millis(timeout_ms / 2);
     assert_survivors_fail(ranks, 3, "PeerLost", killed, within, wait);
 }
+
+#[test]
+fn a_stalled_rank_on_the_other_host_fails_every_survivor_within_the_timeout() {
+    // Rank 3 stays alive and silent: no watch fires, so the timeouts must.
+    let timeout_ms = 2_000;
+    let extra = [
+        ("RINGREDUCE_TEST_JOB", "hier-stall:3".to_string()),
+        ("RINGREDUCE_TEST_TIMEOUT_MS", timeout_ms.to_string()),
+    ];
+    let mut ranks = hier_job(&["a", "a", "b", "b"], &extra);
+    let wait = Duration::from_secs(30);
+    let (joined, _) = ranks[0].expect("joined", wait);
+    let mut stalled = ranks.remove(3);
+    for (r, rank) in ranks.into_iter().enumerate() {
+        let (at, line) = rank.expect("error", wait);
+        // Typed: the ring's timeout inside a host, the step between hosts
+        // making no progress, or a peer that gave up for either reason.
+        let typed = [
+            "Timeout",
+            "NoProgress",
+            "PeerLost",
+            "PeerAborted",
+            "Aborted",
+        ]
+        .iter()
+        .any(|v| line.starts_with(&format!("error {v}")));
+        assert!(typed, "rank {r}: {line}");
+        // The timeout, a second, and the watch's and the link's polls.
+        let took = at.saturating_duration_since(joined);
+        assert!(
+            took < Duration::from_millis(timeout_ms + 3_000),
+            "rank {r} after {took:?}: {line}"
+        );
+        let (code, lines) = rank.finish();
+        assert_eq!(code, 2, "rank {r}: {lines:?}");
+        assert!(lines.iter().any(|l| l == "left"), "rank {r}: {lines:?}");
+    }
+    let _ = stalled.child.kill();
+    let _ = stalled.child.wait();
+}

@@ -139,10 +139,10 @@ impl Link {
             }
             if started.elapsed() >= self.timeout {
                 end(self.n, &mut comm);
-                return Err(Error::Bootstrap(format!(
-                    "NCCL made no progress within {:?}",
-                    self.timeout
-                )));
+                return Err(Error::NoProgress {
+                    what: "NCCL".into(),
+                    waited: self.timeout,
+                });
             }
             std::thread::sleep(POLL);
         }
