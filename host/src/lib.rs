@@ -81,6 +81,8 @@ mod layout;
 mod memo;
 #[cfg(feature = "nccl")]
 pub mod nccl;
+#[cfg(feature = "nccl")]
+mod nccl_comm;
 pub mod nodes;
 mod planner;
 pub mod reference;
@@ -113,7 +115,7 @@ pub use grad::{GradConfig, GradSync, Precision, Sparsity};
 pub use half;
 pub use hier::HierComm;
 #[cfg(feature = "nccl")]
-pub use nccl::NcclCommunicator;
+pub use nccl_comm::NcclCommunicator;
 pub use region::Region;
 pub use ring::RingOrder;
 pub use ringreduce_kernels as kernels;

@@ -8,8 +8,7 @@
 use super::link::Link;
 use crate::across::Across;
 use crate::error::Result;
-use crate::gpu::driver::DeviceAlloc;
-use cudarc::driver::CudaContext;
+use cudarc::driver::{CudaContext, CudaSlice, DevicePtr};
 use cudarc::nccl::sys::ncclDataType_t;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,7 +17,7 @@ use std::time::Duration;
 pub(crate) struct NcclAcross {
     link: Link,
     /// Send and receive staging on the device, grown on demand.
-    staging: Mutex<Option<(DeviceAlloc, usize)>>,
+    staging: Mutex<Option<CudaSlice<u8>>>,
     members: usize,
 }
 
@@ -50,35 +49,39 @@ impl Across for NcclAcross {
         if bytes == 0 {
             return Ok(());
         }
-        let ctx = &self.link.ctx;
-        ctx.bind_to_thread()?;
+        self.link.ctx.bind_to_thread()?;
+        let s = &self.link.stream;
         let need = bytes * (self.members + 1);
         let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-        if staging.as_ref().is_none_or(|(_, len)| *len < need) {
-            *staging = Some((DeviceAlloc::zeroed(ctx, need)?, need));
+        if staging.as_ref().is_none_or(|b| b.len() < need) {
+            *staging = Some(s.alloc_zeros::<u8>(need)?);
         }
-        let base = staging.as_ref().expect("just made").0.ptr;
-        let (send, recv) = (base, base + bytes as u64);
-        // SAFETY: `send` holds `bytes`; the copy is synchronous.
-        unsafe { cudarc::driver::result::memcpy_htod_sync(send, mine)? };
-        let n = self.link.n;
-        self.link.enqueue("ncclAllGather", |c, s| {
-            // SAFETY: `recv` holds `members * bytes`, waited for below.
-            unsafe {
-                (n.all_gather)(
-                    send as *const _,
-                    recv as *mut _,
-                    bytes,
-                    ncclDataType_t::ncclUint8,
-                    c,
-                    s as _,
-                )
-            }
-        })?;
+        let buf = staging.as_mut().expect("just made");
+        // In order on the link's stream: the copy in, then the gather.
+        s.memcpy_htod(mine, &mut buf.slice_mut(0..bytes))?;
+        {
+            let (base, _in_use) = buf.device_ptr(s);
+            let n = self.link.n;
+            self.link.enqueue("ncclAllGather", |c, st| {
+                // SAFETY: `base` holds `bytes` to send, then `members *
+                // bytes` to receive; the buffer outlives the wait below.
+                unsafe {
+                    (n.all_gather)(
+                        base as *const _,
+                        (base + bytes as u64) as *mut _,
+                        bytes,
+                        ncclDataType_t::ncclUint8,
+                        c,
+                        st as _,
+                    )
+                }
+            })?;
+        }
+        // Polled, so a silent peer or an abort cannot hold this call
+        // inside a blocking copy.
         self.link.wait()?;
-        // SAFETY: the gather is done; `recv` holds `all.len()` bytes.
-        unsafe { cudarc::driver::result::memcpy_dtoh_sync(all, recv)? };
-        Ok(())
+        s.memcpy_dtoh(&buf.slice(bytes..bytes + all.len()), all)?;
+        Ok(s.synchronize()?)
     }
 
     fn abort(&self) {

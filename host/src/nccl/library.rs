@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use cudarc::driver::sys::CUstream;
 use cudarc::nccl::sys::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclUniqueId};
 use libloading::Library;
+use ringreduce_kernels::{DataType, Op};
 use std::ffi::{c_char, c_int, c_void, CStr, OsString};
 use std::sync::OnceLock;
 
@@ -174,6 +175,33 @@ fn resolve(lib: Library) -> std::result::Result<Nccl, String> {
             group_end: sym(&lib, "ncclGroupEnd")?,
             _lib: lib,
         })
+    }
+}
+
+/// NCCL's name for a type (also the bench's, for `--vs-nccl`).
+pub fn nccl_type(t: DataType) -> ncclDataType_t {
+    match t {
+        DataType::I8 => ncclDataType_t::ncclInt8,
+        DataType::U8 => ncclDataType_t::ncclUint8,
+        DataType::I32 => ncclDataType_t::ncclInt32,
+        DataType::U32 => ncclDataType_t::ncclUint32,
+        DataType::I64 => ncclDataType_t::ncclInt64,
+        DataType::U64 => ncclDataType_t::ncclUint64,
+        DataType::F16 => ncclDataType_t::ncclFloat16,
+        DataType::Bf16 => ncclDataType_t::ncclBfloat16,
+        DataType::F32 => ncclDataType_t::ncclFloat32,
+        DataType::F64 => ncclDataType_t::ncclFloat64,
+    }
+}
+
+/// NCCL's name for an op.
+pub fn nccl_op(op: Op) -> ncclRedOp_t {
+    match op {
+        Op::Sum => ncclRedOp_t::ncclSum,
+        Op::Prod => ncclRedOp_t::ncclProd,
+        Op::Max => ncclRedOp_t::ncclMax,
+        Op::Min => ncclRedOp_t::ncclMin,
+        Op::Avg => ncclRedOp_t::ncclAvg,
     }
 }
 

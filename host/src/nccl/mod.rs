@@ -1,13 +1,10 @@
 //! NCCL, the engine between nodes (feature `nccl`): the library, loaded at
 //! run time ([`library`]); the step between nodes of a hierarchical job
-//! (`across`) and a flat NCCL backend ([`NcclCommunicator`]), both over
-//! one waiting discipline (`link`).
+//! (`across`), over the one waiting discipline (`link`) that the flat
+//! NCCL backend ([`NcclCommunicator`](crate::NcclCommunicator)) shares.
 
 pub(crate) mod across;
-mod comm;
 pub mod library;
 pub(crate) mod link;
 
-pub use comm::{nccl_op, nccl_type, NcclCommunicator};
-
-pub use library::{version, version_text, LIBRARY_ENV, MIN_VERSION};
+pub use library::{nccl_op, nccl_type, version, version_text, LIBRARY_ENV, MIN_VERSION};

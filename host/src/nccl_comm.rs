@@ -4,47 +4,20 @@
 //! hierarchical backend is measured against, and what a user without a
 //! fixed fold order can choose.
 
-use super::link::{new_id, Link};
 use crate::bootstrap::{host_name, rendezvous, Identity, UniqueId, Watch};
 use crate::collectives::Collectives;
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
 use crate::front::{check_join, peer_error};
+use crate::nccl::link::{new_id, Link};
+use crate::nccl::{nccl_op, nccl_type};
 use crate::region::{check_regions, Region};
 use crate::ring::RingOrder;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
-use cudarc::nccl::sys::{ncclDataType_t, ncclRedOp_t};
-use ringreduce_kernels::{Algorithm, Collective, DataType, Op};
+use ringreduce_kernels::{Algorithm, Collective, Op};
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
-
-/// NCCL's name for a type.
-pub fn nccl_type(t: DataType) -> ncclDataType_t {
-    match t {
-        DataType::I8 => ncclDataType_t::ncclInt8,
-        DataType::U8 => ncclDataType_t::ncclUint8,
-        DataType::I32 => ncclDataType_t::ncclInt32,
-        DataType::U32 => ncclDataType_t::ncclUint32,
-        DataType::I64 => ncclDataType_t::ncclInt64,
-        DataType::U64 => ncclDataType_t::ncclUint64,
-        DataType::F16 => ncclDataType_t::ncclFloat16,
-        DataType::Bf16 => ncclDataType_t::ncclBfloat16,
-        DataType::F32 => ncclDataType_t::ncclFloat32,
-        DataType::F64 => ncclDataType_t::ncclFloat64,
-    }
-}
-
-/// NCCL's name for an op.
-pub fn nccl_op(op: Op) -> ncclRedOp_t {
-    match op {
-        Op::Sum => ncclRedOp_t::ncclSum,
-        Op::Prod => ncclRedOp_t::ncclProd,
-        Op::Max => ncclRedOp_t::ncclMax,
-        Op::Min => ncclRedOp_t::ncclMin,
-        Op::Avg => ncclRedOp_t::ncclAvg,
-    }
-}
 
 /// One rank of a flat NCCL job.
 pub struct NcclCommunicator {
