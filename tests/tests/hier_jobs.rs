@@ -138,6 +138,12 @@ fn a_stalled_rank_on_the_other_host_fails_every_survivor_within_the_timeout() {
         .iter()
         .any(|v| line.starts_with(&format!("error {v}")));
         assert!(typed, "rank {r}: {line}");
+        if r == 2 {
+            // Rank 3's partner inside its host times out on it, and says
+            // so in the job's ranks (not the host's local indices).
+            let named = line.contains("rank: 2,") && line.contains("peer: 3,");
+            assert!(line.starts_with("error Timeout") && named, "rank 2: {line}");
+        }
         // The timeout, a second, and the watch's and the link's polls.
         let took = at.saturating_duration_since(joined);
         assert!(

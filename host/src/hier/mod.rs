@@ -114,6 +114,17 @@ impl<B: Backend> HierComm<B> {
         buf: &mut B::Buf<T>,
         at: Range<usize>,
         step: Step,
+        residual: Option<&mut B::Buf<f32>>,
+    ) -> Result<SparseSent> {
+        self.all_reduce_steps(buf, at, step, residual)
+            .map_err(|e| self.in_job(e))
+    }
+
+    fn all_reduce_steps<T: RsElement>(
+        &self,
+        buf: &mut B::Buf<T>,
+        at: Range<usize>,
+        step: Step,
         mut residual: Option<&mut B::Buf<f32>>,
     ) -> Result<SparseSent> {
         let n = at.len();
@@ -214,6 +225,16 @@ impl<B: Backend> HierComm<B> {
         recv: &mut B::Buf<T>,
         op: Op,
     ) -> Result<()> {
+        self.reduce_scatter_steps(send, recv, op)
+            .map_err(|e| self.in_job(e))
+    }
+
+    fn reduce_scatter_steps<T: RsElement>(
+        &self,
+        send: &B::Buf<T>,
+        recv: &mut B::Buf<T>,
+        op: Op,
+    ) -> Result<()> {
         let inner = if op == Op::Avg { Op::Sum } else { op };
         let me = self.intra.local_ranks().start;
         let c = <Comm<B> as Collectives>::len_of(recv);
@@ -265,6 +286,11 @@ impl<B: Backend> HierComm<B> {
     /// all-gather; across hosts an all-gather inside the node, then of the
     /// node's blocks across nodes.
     pub fn all_gather<T: RsElement>(&self, send: &B::Buf<T>, recv: &mut B::Buf<T>) -> Result<()> {
+        self.all_gather_steps(send, recv)
+            .map_err(|e| self.in_job(e))
+    }
+
+    fn all_gather_steps<T: RsElement>(&self, send: &B::Buf<T>, recv: &mut B::Buf<T>) -> Result<()> {
         let me = self.intra.local_ranks().start;
         let c = <Comm<B> as Collectives>::len_of(send);
         let (nodes, per) = (&self.nodes, self.nodes.per_node());
@@ -315,6 +341,21 @@ impl<B: Backend> HierComm<B> {
         );
         moved.map_err(|e| self.cause_of(e))?;
         Ok(all)
+    }
+
+    /// `e` with the node communicator's ranks (local indices) named as
+    /// the job's ranks, so an error names the ranks the user started.
+    fn in_job(&self, e: Error) -> Error {
+        let node = self.nodes.members(self.nodes.node_of(self.rank));
+        let job = |local: usize| node.get(local).copied().unwrap_or(local);
+        match e {
+            Error::Timeout(mut t) => {
+                t.rank = job(t.rank);
+                t.peer = job(t.peer);
+                Error::Timeout(t)
+            }
+            e => e,
+        }
     }
 
     /// The error to report for a failed step between nodes: what the
