@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::front::{check_join, peer_error};
 use crate::nccl::link::{new_id, Link};
 use crate::nccl::{nccl_op, nccl_type};
-use crate::region::{check_regions, Region};
+use crate::region::{check_regions, ranges_of, Region};
 use crate::ring::RingOrder;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use ringreduce_kernels::{Algorithm, Collective, Op};
@@ -193,68 +193,24 @@ impl Collectives for NcclCommunicator {
         check_regions(std::slice::from_ref(region), |b: &CudaSlice<T>| b.len())?;
         let size = std::mem::size_of::<T>() as u64;
         let s = &self.link.stream;
-        // Element ranges, and the addresses of their buffers' starts.
-        let (send_at, recv_at, send_base, recv_base, _syncs) = match region {
-            Region::OutOfPlace {
-                send,
-                send_at,
-                recv,
-                recv_at,
-            } => {
-                let (sp, ss) = send.device_ptr(s);
-                let (rp, rs) = recv.device_ptr_mut(s);
-                (send_at.clone(), recv_at.clone(), sp, rp, vec![ss, rs])
-            }
-            Region::Split {
-                buf,
-                send_at,
-                recv_at,
-            } => {
-                let (p, sync) = buf.device_ptr_mut(s);
-                (send_at.clone(), recv_at.clone(), p, p, vec![sync])
-            }
-            Region::InPlace { buf, at } => {
-                let world = self.world;
-                let n = match c {
-                    Collective::AllReduce => at.len(),
-                    _ if at.len() % world != 0 => {
-                        return Err(Error::InPlaceLength {
-                            rank: self.rank,
-                            len: at.len() as u64,
-                            k: world,
-                        })
-                    }
-                    _ => at.len() / world,
-                };
-                let (so, ro) = c.in_place_offsets(self.rank as u64, n as u64);
-                let (sl, rl) = c.lengths(world as u64, n as u64);
-                let so = at.start + so as usize;
-                let ro = at.start + ro as usize;
-                let (p, sync) = buf.device_ptr_mut(s);
-                (so..so + sl as usize, ro..ro + rl as usize, p, p, vec![sync])
-            }
-        };
+        let (send_at, recv_at) = ranges_of(c, region, self.rank, self.world)?;
         let n = match c {
             Collective::ReduceScatter => recv_at.len(),
             _ => send_at.len(),
         };
-        let (sl, rl) = c.lengths(self.world as u64, n as u64);
-        if send_at.len() as u64 != sl {
-            return Err(Error::SendLength {
-                rank: self.rank,
-                send_len: send_at.len() as u64,
-                expected: sl,
-                collective: c.name(),
-            });
-        }
-        if recv_at.len() as u64 != rl {
-            return Err(Error::RecvLength {
-                rank: self.rank,
-                recv_len: recv_at.len() as u64,
-                expected: rl,
-                collective: c.name(),
-            });
-        }
+        // The addresses of the buffers' starts, in use until the calls
+        // are queued.
+        let (send_base, recv_base, _in_use) = match region {
+            Region::OutOfPlace { send, recv, .. } => {
+                let (sp, ss) = send.device_ptr(s);
+                let (rp, rs) = recv.device_ptr_mut(s);
+                (sp, rp, vec![ss, rs])
+            }
+            Region::Split { buf, .. } | Region::InPlace { buf, .. } => {
+                let (p, sync) = buf.device_ptr_mut(s);
+                (p, p, vec![sync])
+            }
+        };
         if n == 0 {
             return Ok(());
         }

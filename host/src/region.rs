@@ -3,6 +3,7 @@
 //! takes from [`Collectives`](crate::Collectives) callers.
 
 use crate::error::{Error, Result};
+use ringreduce_kernels::Collective;
 use std::ops::Range;
 
 /// One rank's part of a collective: element ranges of its buffers, with
@@ -84,4 +85,63 @@ pub(crate) fn check_regions<B>(regions: &[Region<'_, B>], len: impl Fn(&B) -> us
         }
     }
     Ok(())
+}
+
+/// The input and output element ranges of rank `rank`'s one region of
+/// collective `c` over `world` ranks (the in-place shapes at NCCL's
+/// offsets), checked against the collective's lengths: for backends that
+/// run a whole job's call as one rank's (the hierarchical and NCCL ones).
+pub(crate) fn ranges_of<B>(
+    c: Collective,
+    region: &Region<'_, B>,
+    rank: usize,
+    world: usize,
+) -> Result<(Range<usize>, Range<usize>)> {
+    let (send_at, recv_at) = match region {
+        Region::InPlace { at, .. } => {
+            let n = match c {
+                Collective::AllReduce => at.len(),
+                _ if !at.len().is_multiple_of(world) => {
+                    return Err(Error::InPlaceLength {
+                        rank,
+                        len: at.len() as u64,
+                        k: world,
+                    })
+                }
+                _ => at.len() / world,
+            };
+            let (so, ro) = c.in_place_offsets(rank as u64, n as u64);
+            let (sl, rl) = c.lengths(world as u64, n as u64);
+            let (so, ro) = (at.start + so as usize, at.start + ro as usize);
+            (so..so + sl as usize, ro..ro + rl as usize)
+        }
+        Region::OutOfPlace {
+            send_at, recv_at, ..
+        }
+        | Region::Split {
+            send_at, recv_at, ..
+        } => (send_at.clone(), recv_at.clone()),
+    };
+    let n = match c {
+        Collective::ReduceScatter => recv_at.len(),
+        _ => send_at.len(),
+    } as u64;
+    let (sl, rl) = c.lengths(world as u64, n);
+    if send_at.len() as u64 != sl {
+        return Err(Error::SendLength {
+            rank,
+            send_len: send_at.len() as u64,
+            expected: sl,
+            collective: c.name(),
+        });
+    }
+    if recv_at.len() as u64 != rl {
+        return Err(Error::RecvLength {
+            rank,
+            recv_len: recv_at.len() as u64,
+            expected: rl,
+            collective: c.name(),
+        });
+    }
+    Ok((send_at, recv_at))
 }

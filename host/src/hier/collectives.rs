@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::front::{Backend, Comm, Engine};
 use crate::gpu::GpuBackend;
 use crate::grad::{GradBackend, SparseSent, Wire};
-use crate::region::{check_regions, Region};
+use crate::region::{check_regions, ranges_of, Region};
 use crate::ring::RingOrder;
 use ringreduce_kernels::grad::abi::Task;
 use ringreduce_kernels::{Algorithm, Collective, Op};
@@ -48,56 +48,15 @@ impl<B: Backend> HierComm<B> {
         let world = self.nodes.world();
         let len = |b: &B::Buf<T>| <Comm<B> as Collectives>::len_of(b);
         let me = self.intra.local_ranks().start;
-        // Input and output ranges, and the count they imply.
-        let (send_at, recv_at) = match region {
-            Region::InPlace { buf, at } if c == Collective::AllReduce => {
+        if let Region::InPlace { buf, at } = region {
+            if c == Collective::AllReduce {
                 return self
                     .all_reduce_at(buf, at.clone(), Step::Full(op), None)
                     .map(|_| ());
             }
-            Region::InPlace { at, .. } => {
-                if at.len() % world != 0 {
-                    return Err(Error::InPlaceLength {
-                        rank: self.rank,
-                        len: at.len() as u64,
-                        k: world,
-                    });
-                }
-                let n = (at.len() / world) as u64;
-                let (s, r) = c.in_place_offsets(self.rank as u64, n);
-                let (sl, rl) = c.lengths(world as u64, n);
-                let s = at.start + s as usize;
-                let r = at.start + r as usize;
-                (s..s + sl as usize, r..r + rl as usize)
-            }
-            Region::OutOfPlace {
-                send_at, recv_at, ..
-            }
-            | Region::Split {
-                send_at, recv_at, ..
-            } => (send_at.clone(), recv_at.clone()),
-        };
-        let n = match c {
-            Collective::ReduceScatter => recv_at.len(),
-            _ => send_at.len(),
-        } as u64;
-        let (sl, rl) = c.lengths(world as u64, n);
-        if send_at.len() as u64 != sl {
-            return Err(Error::SendLength {
-                rank: self.rank,
-                send_len: send_at.len() as u64,
-                expected: sl,
-                collective: c.name(),
-            });
         }
-        if recv_at.len() as u64 != rl {
-            return Err(Error::RecvLength {
-                rank: self.rank,
-                recv_len: recv_at.len() as u64,
-                expected: rl,
-                collective: c.name(),
-            });
-        }
+        let (send_at, recv_at) = ranges_of(c, region, self.rank, world)?;
+        let rl = recv_at.len();
         let input = match region {
             Region::OutOfPlace { send, .. } => self.intra.read(me, send, send_at)?,
             Region::Split { buf, .. } | Region::InPlace { buf, .. } => {
@@ -111,7 +70,7 @@ impl<B: Backend> HierComm<B> {
                 staged
             }
             Collective::ReduceScatter | Collective::AllGather => {
-                let zero = vec![T::zeroed(); rl as usize];
+                let zero = vec![T::zeroed(); rl];
                 let mut recv = self.intra.upload(me, &zero)?;
                 if c == Collective::ReduceScatter {
                     self.reduce_scatter(&staged, &mut recv, op)?;

@@ -127,6 +127,9 @@ impl<B: Backend> HierComm<B> {
         step: Step,
         mut residual: Option<&mut B::Buf<f32>>,
     ) -> Result<SparseSent> {
+        if matches!(step, Step::Wire(_)) && T::DTYPE != DataType::F32 {
+            return Err(Error::HalfNeedsF32(T::DTYPE.name()));
+        }
         let n = at.len();
         if self.nodes.is_one_node() {
             // One host: no step between nodes, so nothing is compressed;
@@ -401,10 +404,10 @@ impl<B: Backend> HierComm<B> {
         step: Step,
         residual: Option<&mut [f32]>,
     ) -> Result<(Vec<T>, SparseSent)> {
+        // `all_reduce_steps` let only `f32` through to a compressed step.
         let op = match step {
             Step::Full(op) => op,
-            _ if T::DTYPE != DataType::F32 => return Err(Error::HalfNeedsF32(T::DTYPE.name())),
-            _ => Op::Sum,
+            Step::Wire(_) => Op::Sum,
         };
         let len = owned.len();
         let folded: Vec<f32> = match step {
