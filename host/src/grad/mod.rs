@@ -17,6 +17,11 @@
 //! [`Session`] runs on the layer's own copy and communication queues, and
 //! `wait` orders the caller's queues after them on the device.
 //!
+//! On a [`HierComm`](crate::HierComm) (ranks on several hosts) the layer
+//! runs unchanged, and its half precision and sparse selection compress
+//! only the step between hosts, where the wire is slow
+//! ([`GradBackend::reduce_across`]; `docs/beyond-one-node.md`).
+//!
 //! Results are sums (or averages with [`GradConfig::average`]) folded as
 //! the backend's all-reduce folds them. A fused all-reduce gives bitwise the
 //! result of one all-reduce per tensor wherever the fold order does not
