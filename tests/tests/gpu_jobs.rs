@@ -138,12 +138,27 @@ fn hier_gpu_job(
     job: &str,
     library: Option<&str>,
 ) -> Vec<(i32, Vec<String>)> {
+    hier_gpu_ranks(dev, hosts, job, library, &[])
+        .into_iter()
+        .map(|r| r.finish())
+        .collect()
+}
+
+/// [`hier_gpu_job`]'s ranks as they run, each also with `more`.
+fn hier_gpu_ranks(
+    dev: usize,
+    hosts: &[&str],
+    job: &str,
+    library: Option<&str>,
+    more: &[(&str, String)],
+) -> Vec<Rank> {
     let count = ringreduce::gpu::device_count().unwrap_or(1).max(1);
-    let extra = [
+    let mut extra = vec![
         ("RINGREDUCE_TEST_JOB", job.to_string()),
         ("RINGREDUCE_TEST_GPU", "1".to_string()),
     ];
-    let ranks = ringreduce_tests::procs::job(&bin(), hosts.len(), &extra, |r| {
+    extra.extend(more.iter().cloned());
+    ringreduce_tests::procs::job(&bin(), hosts.len(), &extra, |r| {
         let mut v = vec![
             ("RINGREDUCE_HOST_NAME", hosts[r].to_string()),
             ("RINGREDUCE_TEST_DEVICE", ((dev + r) % count).to_string()),
@@ -156,8 +171,7 @@ fn hier_gpu_job(
             v.push(("RINGREDUCE_NCCL_LIBRARY", l.to_string()));
         }
         v
-    });
-    ranks.into_iter().map(|r| r.finish()).collect()
+    })
 }
 
 /// The shapes of the hierarchical GPU tests.
@@ -195,6 +209,18 @@ fn gpu_hierarchical_grad(dev: usize) {
     }
 }
 
+/// A rank of the other host killed inside a large hierarchical
+/// all-reduce: every survivor, inside its node's kernels or inside NCCL,
+/// fails naming it well within the timeout.
+fn gpu_hierarchical_killed(dev: usize) {
+    let timeout = [("RINGREDUCE_TEST_TIMEOUT_MS", LONG_TIMEOUT_MS.to_string())];
+    let mut ranks = hier_gpu_ranks(dev, HIER_SHAPES[0], "hier-stall:3", None, &timeout);
+    let (ready, settle) = (Duration::from_secs(120), Duration::from_millis(500));
+    let killed = kill_when_ready(&mut ranks, 3, "joined", ready, settle);
+    let answer = Duration::from_millis(LONG_TIMEOUT_MS + 10_000);
+    assert_survivors_fail(ranks, 3, "PeerLost", killed, Duration::from_secs(3), answer);
+}
+
 /// With NCCL built in but not loadable, every rank of a job across nodes
 /// fails with the same typed error (one node never needs NCCL).
 fn gpu_hierarchical_without_nccl(dev: usize) {
@@ -227,6 +253,7 @@ fn main() -> std::process::ExitCode {
             "gpu_hierarchical_without_nccl",
             gpu_hierarchical_without_nccl,
         ),
+        ("gpu_hierarchical_killed", gpu_hierarchical_killed),
         ("gpu_job_matrix", gpu_job_matrix),
         ("gpu_job_grad", gpu_job_grad),
         ("gpu_two_jobs_at_once", gpu_two_jobs_at_once),
