@@ -452,6 +452,17 @@ fn finish(
     Ok(())
 }
 
+/// The gradient rows `args` ask for on `comm`, with `fused` tensors of
+/// the ResNet-50 list.
+fn grad_rows<C: ringreduce::grad::GradBackend>(
+    comm: &C,
+    args: &BenchArgs,
+    sizes: &[u64],
+    fused: usize,
+) -> Result<crate::grad::Measured, String> {
+    crate::grad::rows(comm, args.collective, sizes, args.warmup, args.iters, fused)
+}
+
 /// The gradient layer's rows (see [`crate::grad`]): on the GPU the whole
 /// ResNet-50 list, on the CPU execution its first 40 tensors.
 fn grad_main(
@@ -463,63 +474,54 @@ fn grad_main(
     job: Option<&ringreduce::bootstrap::Launch>,
 ) -> Result<i32, String> {
     let e = |e: ringreduce::Error| e.to_string();
-    // A hierarchical job: this process's rank, the step between its
-    // nodes compressed as each row asks.
-    let hier = |l: &ringreduce::bootstrap::Launch, fused| -> Result<_, String> {
-        let id = l.unique_id().map_err(e)?;
-        if use_gpu {
+    // The whole list on the GPU, its first 40 tensors on the CPU.
+    let fused = if use_gpu { 161 } else { 40 };
+    let (rows, device) = match job {
+        // A hierarchical job: this process's rank, the step between its
+        // nodes compressed as each row asks.
+        Some(l) if use_gpu => {
             let gpus = ringreduce::gpu::device_count().map_err(e)?.max(1);
+            let mine = l.local_rank % gpus;
             let comm = HierComm::<GpuBackend>::init_rank(
-                &id,
+                &l.unique_id().map_err(e)?,
                 l.rank,
                 l.world,
-                l.local_rank % gpus,
+                mine,
                 config.clone(),
             )
             .map_err(e)?;
-            let device = ringreduce::gpu::open_device(l.local_rank % gpus)
+            let device = ringreduce::gpu::open_device(mine)
                 .and_then(|c| Ok(c.name()?))
                 .map_err(e)?;
-            let r = crate::grad::rows(
-                &comm,
-                args.collective,
-                sizes,
-                args.warmup,
-                args.iters,
-                fused,
-            )?;
-            Ok((r, device))
-        } else {
+            (grad_rows(&comm, args, sizes, fused)?, device)
+        }
+        Some(l) => {
+            let id = l.unique_id().map_err(e)?;
             let comm = HierComm::<CpuBackend>::init_rank(&id, l.rank, l.world, 0, config.clone())
                 .map_err(e)?;
-            let r = crate::grad::rows(
-                &comm,
-                args.collective,
-                sizes,
-                args.warmup,
-                args.iters,
-                fused,
-            )?;
-            Ok((r, "CPU execution".to_string()))
+            (
+                grad_rows(&comm, args, sizes, fused)?,
+                "CPU execution".to_string(),
+            )
         }
-    };
-    let (rows, device) = if let Some(l) = job {
-        hier(l, if use_gpu { 161 } else { 40 })?
-    } else if use_gpu {
-        let gpus = ringreduce::gpu::device_count().map_err(e)?;
-        let devices = placement(args.ranks, gpus);
-        let comm = Communicator::with_placement(&devices, config.clone()).map_err(e)?;
-        for u in 0..args.ranks {
-            // SAFETY: the bench synchronises its streams itself.
-            unsafe { comm.context(u).disable_event_tracking() };
+        None if use_gpu => {
+            let gpus = ringreduce::gpu::device_count().map_err(e)?;
+            let devices = placement(args.ranks, gpus);
+            let comm = Communicator::with_placement(&devices, config.clone()).map_err(e)?;
+            for u in 0..args.ranks {
+                // SAFETY: the bench synchronises its streams itself.
+                unsafe { comm.context(u).disable_event_tracking() };
+            }
+            let device = comm.context(0).name().map_err(|x| x.to_string())?;
+            (grad_rows(&comm, args, sizes, fused)?, device)
         }
-        let device = comm.context(0).name().map_err(|x| x.to_string())?;
-        let r = crate::grad::rows(&comm, args.collective, sizes, args.warmup, args.iters, 161)?;
-        (r, device)
-    } else {
-        let comm = CpuCommunicator::with_config(args.ranks, config.clone()).map_err(e)?;
-        let r = crate::grad::rows(&comm, args.collective, sizes, args.warmup, args.iters, 40)?;
-        (r, "CPU execution".to_string())
+        None => {
+            let comm = CpuCommunicator::with_config(args.ranks, config.clone()).map_err(e)?;
+            (
+                grad_rows(&comm, args, sizes, fused)?,
+                "CPU execution".to_string(),
+            )
+        }
     };
     let ranks = job.map_or(args.ranks, |l| l.world);
     let mut report = crate::grad::report(argv, use_gpu, device, ranks, args.iters, args.warmup);
