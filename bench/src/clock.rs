@@ -69,34 +69,11 @@ impl Clock for Communicator {
     }
 }
 
-impl Clock for CpuCommunicator {
-    type Mark = Instant;
-
-    fn mark(&self) -> Result<Instant> {
-        self.synchronize()?;
-        Ok(Instant::now())
-    }
-
-    fn elapsed_us(&self, from: &Instant, to: &Instant) -> Result<f64> {
-        Ok(to.duration_since(*from).as_secs_f64() * 1e6)
-    }
-
-    type Graph = ();
-
-    fn capture(&self, _: &mut dyn FnMut() -> Result<()>) -> Result<()> {
-        Err(Error::Driver("graph capture needs a GPU".into()))
-    }
-
-    fn replay(&self, _: &()) -> Result<()> {
-        Ok(())
-    }
-}
-
-/// The host clock around calls that wait for themselves: a hierarchical
-/// rank's collectives and NCCL's (whose `synchronize` polls the stream),
-/// as a job of processes times them.
+/// The host clock around the work queued so far: the CPU execution's,
+/// a hierarchical rank's collectives and NCCL's (whose `synchronize`
+/// polls the stream), with no graph capture (`no_graph` says why).
 macro_rules! host_clock {
-    ($t:ty $(, $g:ident)?) => {
+    ($t:ty, $no_graph:literal $(, $g:ident)?) => {
         impl<$($g: ringreduce::Backend)?> Clock for $t {
             type Mark = Instant;
 
@@ -112,7 +89,7 @@ macro_rules! host_clock {
             type Graph = ();
 
             fn capture(&self, _: &mut dyn FnMut() -> Result<()>) -> Result<()> {
-                Err(Error::Driver("graph capture needs the GPU communicator".into()))
+                Err(Error::Driver($no_graph.into()))
             }
 
             fn replay(&self, _: &()) -> Result<()> {
@@ -122,5 +99,13 @@ macro_rules! host_clock {
     };
 }
 
-host_clock!(ringreduce::HierComm<B>, B);
-host_clock!(ringreduce::NcclCommunicator);
+host_clock!(CpuCommunicator, "graph capture needs a GPU");
+host_clock!(
+    ringreduce::HierComm<B>,
+    "graph capture needs the GPU communicator",
+    B
+);
+host_clock!(
+    ringreduce::NcclCommunicator,
+    "graph capture needs the GPU communicator"
+);
