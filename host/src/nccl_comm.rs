@@ -4,12 +4,12 @@
 //! hierarchical backend is measured against, and what a user without a
 //! fixed fold order can choose.
 
-use crate::bootstrap::{host_name, rendezvous, Identity, UniqueId, Watch};
+use crate::bootstrap::{UniqueId, Watch};
 use crate::collectives::Collectives;
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
-use crate::front::{check_join, peer_error};
+use crate::front::{meet, peer_error};
 use crate::nccl::link::{new_id, Link};
 use crate::nccl::{nccl_op, nccl_type};
 use crate::region::{check_regions, ranges_of, Region};
@@ -42,16 +42,8 @@ impl NcclCommunicator {
         device: usize,
         config: CommConfig,
     ) -> Result<Self> {
-        check_join(rank, world, &config)?;
         let timeout = config.effective_timeout();
-        let me = Identity {
-            rank: rank as u32,
-            host: host_name(),
-            pid: std::process::id(),
-            device: [0; 16],
-            exports: Vec::new(),
-        };
-        let mut met = rendezvous(id, me, world, timeout)?;
+        let mut met = meet(id, rank, world, &config)?;
         let mine: std::result::Result<Vec<u8>, String> = if rank == 0 {
             new_id().map_err(|e| e.to_string())
         } else {

@@ -5,9 +5,9 @@
 //! are `crate::hier`'s.
 
 use super::engine::{Comm, Engine};
-use super::{check_join, peer_error};
+use super::{meet, peer_error};
 use crate::across::{Across, TcpAcross};
-use crate::bootstrap::{host_name, rendezvous, Identity, UniqueId, Watch};
+use crate::bootstrap::{Identity, UniqueId, Watch};
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
 use crate::job::Table;
@@ -62,16 +62,8 @@ impl<B: Engine> Joined<B> {
         device: usize,
         config: CommConfig,
     ) -> Result<Joined<B>> {
-        check_join(rank, world, &config)?;
         let timeout = config.effective_timeout();
-        let me = Identity {
-            rank: rank as u32,
-            host: host_name(),
-            pid: std::process::id(),
-            device: [0; 16],
-            exports: Vec::new(),
-        };
-        let mut met = rendezvous(id, me, world, timeout)?;
+        let mut met = meet(id, rank, world, &config)?;
         let hosts: Vec<&str> = met.ranks.iter().map(|i| i.host.as_str()).collect();
         let nodes = Nodes::group(&hosts)?;
         let (node, local) = (nodes.node_of(rank), nodes.local_of(rank));

@@ -4,7 +4,9 @@
 //! meet once more, watch the peers), for every backend.
 
 use super::engine::{Comm, Engine};
-use crate::bootstrap::{host_name, rendezvous, Event, Identity, Launch, Leave, UniqueId, Watch};
+use crate::bootstrap::{
+    host_name, rendezvous, Event, Identity, Launch, Leave, Rendezvous, UniqueId, Watch,
+};
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
 use crate::job::Table;
@@ -84,7 +86,7 @@ impl<B: Engine> Comm<B> {
 /// A join's arguments, checked before anything is set up: a world of
 /// ranks, a rank inside it, and the watchdog that stops a kernel waiting
 /// for a dead peer.
-pub(crate) fn check_join(rank: usize, world: usize, config: &CommConfig) -> Result<()> {
+fn check_join(rank: usize, world: usize, config: &CommConfig) -> Result<()> {
     if world == 0 {
         return Err(Error::ZeroRanks);
     }
@@ -95,6 +97,26 @@ pub(crate) fn check_join(rank: usize, world: usize, config: &CommConfig) -> Resu
         return Err(Error::NeedsWatchdog);
     }
     Ok(())
+}
+
+/// A join's arguments checked (`check_join`), then the rendezvous of
+/// `world` ranks sharing `id`, this rank saying only who it is: for
+/// joins whose offers travel in a later exchange.
+pub(crate) fn meet(
+    id: &UniqueId,
+    rank: usize,
+    world: usize,
+    config: &CommConfig,
+) -> Result<Rendezvous> {
+    check_join(rank, world, config)?;
+    let me = Identity {
+        rank: rank as u32,
+        host: host_name(),
+        pid: std::process::id(),
+        device: [0; 16],
+        exports: Vec::new(),
+    };
+    rendezvous(id, me, world, config.effective_timeout())
 }
 
 /// What the watch heard, as every pending and later call reports it.
