@@ -24,6 +24,7 @@ fn differing(got: &[f32], want: &[f32]) -> usize {
 
 /// What one rank checks: `(cases, wrong elements, lines about each wrong
 /// case)`.
+#[derive(Default)]
 pub struct Checked {
     pub cases: usize,
     pub wrong: usize,
@@ -59,11 +60,7 @@ pub fn grad_cases<C: GradBackend>(comm: &C, nodes: &Nodes, rank: usize) -> Resul
     let algorithm_for =
         |c: Collective, n: usize| comm.algorithm_for::<f32>(c, n).expect("an algorithm");
     let ring = comm.ring_order();
-    let mut out = Checked {
-        cases: 0,
-        wrong: 0,
-        notes: Vec::new(),
-    };
+    let mut out = Checked::default();
     // Multiples of 4: a dense bucket aligns each tensor to 4 elements, and
     // padding would shift the shards the references cut.
     let lens = [1000usize, 4, 40_000, 0, 16];
@@ -251,11 +248,7 @@ pub fn region_cases<C: Collectives>(comm: &C, nodes: &Nodes, rank: usize) -> Res
     let algorithm_for =
         |c: Collective, n: usize| comm.algorithm_for::<f32>(c, n).expect("an algorithm");
     let ring = comm.ring_order();
-    let mut out = Checked {
-        cases: 0,
-        wrong: 0,
-        notes: Vec::new(),
-    };
+    let mut out = Checked::default();
     let (n, guard) = (1001usize, 5usize);
     // All-reduce of elements guard..guard + n of a longer buffer.
     let all = inputs::<f32>(21 << 32, world, n + 2 * guard);
