@@ -9,7 +9,7 @@ use crate::collectives::Collectives;
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
-use crate::front::{meet, peer_error};
+use crate::front::{meet, peer_error, rank_here};
 use crate::nccl::link::{new_id, Link};
 use crate::nccl::{nccl_op, nccl_type};
 use crate::region::{check_regions, ranges_of, Region};
@@ -89,19 +89,7 @@ impl NcclCommunicator {
 
     /// That `rank` is this process's.
     fn check_rank(&self, rank: usize) -> Result<()> {
-        if rank >= self.world {
-            return Err(Error::RankOutOfRange {
-                rank,
-                world: self.world,
-            });
-        }
-        if rank != self.rank {
-            return Err(Error::RemoteRank {
-                rank,
-                local: self.rank..self.rank + 1,
-            });
-        }
-        Ok(())
+        rank_here(rank, self.world, self.rank..self.rank + 1).map(|_| ())
     }
 }
 

@@ -30,6 +30,20 @@ pub trait Backend: Engine {}
 
 impl<B: Engine> Backend for B {}
 
+/// Where rank `rank` of `world` is among the ranks `local` this process
+/// holds: its index there; [`Error::RankOutOfRange`] for a rank the job
+/// does not have, [`Error::RemoteRank`] for one another process holds.
+/// Every communicator's answer, one process's ranks or a single rank's.
+pub(crate) fn rank_here(rank: usize, world: usize, local: std::ops::Range<usize>) -> Result<usize> {
+    if rank >= world {
+        return Err(Error::RankOutOfRange { rank, world });
+    }
+    if !local.contains(&rank) {
+        return Err(Error::RemoteRank { rank, local });
+    }
+    Ok(rank - local.start)
+}
+
 impl<B: Backend> Comm<B> {
     /// The least staging per channel ([`CommConfig::buffer_bytes`]) this
     /// backend takes: a slot holds one unrolled round of its lanes.
@@ -153,15 +167,7 @@ impl<B: Backend> Comm<B> {
     /// [`Error::RankOutOfRange`] for a rank this communicator does not
     /// have, [`Error::RemoteRank`] for one another process holds.
     pub(crate) fn check_rank(&self, rank: usize) -> Result<usize> {
-        let world = self.k();
-        if rank >= world {
-            return Err(Error::RankOutOfRange { rank, world });
-        }
-        let local = self.local_ranks();
-        if !local.contains(&rank) {
-            return Err(Error::RemoteRank { rank, local });
-        }
-        Ok(rank - local.start)
+        rank_here(rank, self.k(), self.local_ranks())
     }
 
     /// The checks every call makes before it looks at a buffer: the

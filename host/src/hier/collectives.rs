@@ -10,7 +10,7 @@ use crate::config::CommConfig;
 use crate::cpu::CpuBackend;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
-use crate::front::{Backend, Comm, Engine};
+use crate::front::{rank_here, Backend, Comm, Engine};
 use crate::gpu::GpuBackend;
 use crate::grad::{GradBackend, SparseSent, Wire};
 use crate::region::{check_regions, ranges_of, Region};
@@ -22,16 +22,7 @@ use std::ops::Range;
 impl<B: Backend> HierComm<B> {
     /// The node communicator's rank for `rank`, which must be this one.
     fn here(&self, rank: usize) -> Result<usize> {
-        let world = self.nodes.world();
-        if rank >= world {
-            return Err(Error::RankOutOfRange { rank, world });
-        }
-        if rank != self.rank {
-            return Err(Error::RemoteRank {
-                rank,
-                local: self.rank..self.rank + 1,
-            });
-        }
+        rank_here(rank, self.nodes.world(), self.rank..self.rank + 1)?;
         Ok(self.intra.local_ranks().start)
     }
 
