@@ -208,6 +208,31 @@ fn node_partials<T: Element>(
         .collect()
 }
 
+/// Which elements of `g'` a rank sends: the reference of the sparse
+/// selection (the kernels' and the hierarchical step's), by a full sort
+/// (magnitude descending, NaN largest, index ascending) or the threshold.
+pub fn selected(gp: &[f32], s: crate::grad::Sparsity) -> Vec<bool> {
+    use crate::grad::Sparsity;
+    let mut sel = vec![false; gp.len()];
+    match s {
+        Sparsity::Threshold(t) => {
+            for (i, x) in gp.iter().enumerate() {
+                sel[i] = x.abs() >= t || x.is_nan();
+            }
+        }
+        Sparsity::TopK(f) => {
+            let kk = Sparsity::k_of(f, gp.len() as u64) as usize;
+            let mut idx: Vec<usize> = (0..gp.len()).collect();
+            let mag = |i: usize| gp[i].to_bits() & 0x7fff_ffff;
+            idx.sort_by(|&a, &b| mag(b).cmp(&mag(a)).then(a.cmp(&b)));
+            for &i in idx.iter().take(kk) {
+                sel[i] = true;
+            }
+        }
+    }
+    sel
+}
+
 /// The reference of the gradient layer's half-precision and sparse
 /// all-reduce on a [`HierComm`](crate::HierComm), which compress only the
 /// step between nodes: each node's partial sum (as
@@ -234,7 +259,7 @@ pub fn hierarchical_all_reduce_wire(
     wire: crate::grad::Wire,
     mut residuals: Option<&mut [Vec<f32>]>,
 ) -> Vec<f32> {
-    use crate::grad::{Sparsity, Wire};
+    use crate::grad::Wire;
     let n = inputs.first().map_or(0, |x| x.len());
     if nodes.is_one_node() {
         let op = match wire {
@@ -296,27 +321,9 @@ pub fn hierarchical_all_reduce_wire(
                             .collect(),
                         None => owned,
                     };
-                    let mut sent = vec![true; gp.len()];
-                    match sparsity {
-                        Sparsity::Threshold(t) => {
-                            for j in 0..c {
-                                sent[j] = gp[j].abs() >= t || gp[j].is_nan();
-                            }
-                        }
-                        Sparsity::TopK(f) => {
-                            let kk = if c == 0 {
-                                0
-                            } else {
-                                Sparsity::k_of(f, c as u64) as usize
-                            };
-                            let mag = |j: usize| gp[j].to_bits() & 0x7fff_ffff;
-                            let mut order: Vec<usize> = (0..c).collect();
-                            order.sort_by(|&a, &b| mag(b).cmp(&mag(a)).then(a.cmp(&b)));
-                            for &j in &order[kk..] {
-                                sent[j] = false;
-                            }
-                        }
-                    }
+                    // The shard's selection; the tail always goes.
+                    let mut sent = selected(&gp[..c], sparsity);
+                    sent.resize(gp.len(), true);
                     for j in 0..gp.len() {
                         if sent[j] {
                             acc[j] += gp[j];

@@ -349,28 +349,7 @@ pub fn half_matches_reference<C: GradBackend>(
     n * k
 }
 
-/// Indices a rank selects from `g'`: the reference of the kernels'
-/// selection, by a full sort (magnitude descending, index ascending).
-pub fn selected(gp: &[f32], s: Sparsity) -> Vec<bool> {
-    let mut sel = vec![false; gp.len()];
-    match s {
-        Sparsity::Threshold(t) => {
-            for (i, x) in gp.iter().enumerate() {
-                sel[i] = x.abs() >= t || x.is_nan();
-            }
-        }
-        Sparsity::TopK(f) => {
-            let kk = Sparsity::k_of(f, gp.len() as u64) as usize;
-            let mut idx: Vec<usize> = (0..gp.len()).collect();
-            let mag = |i: usize| gp[i].to_bits() & 0x7fff_ffff;
-            idx.sort_by(|&a, &b| mag(b).cmp(&mag(a)).then(a.cmp(&b)));
-            for &i in idx.iter().take(kk) {
-                sel[i] = true;
-            }
-        }
-    }
-    sel
-}
+pub use ringreduce::reference::selected;
 
 /// The sparse all-reduce on integer-valued data, with and without a
 /// residual: the result is the dense sum of what each rank selected, and
