@@ -93,6 +93,18 @@ impl Rank {
     }
 }
 
+/// A rank still running when its test ends, or when a failed assertion
+/// unwinds it, is killed: a leftover rank would hold the suite's output
+/// pipe open and stall it (a failed GPU test did, 2026-12-07).
+impl Drop for Rank {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// torchrun's variables for rank `r` of `world`, with `extra`.
 pub fn torchrun(
     r: usize,

@@ -152,15 +152,46 @@ impl Launch {
     }
 }
 
-/// `MASTER_ADDR:MASTER_PORT`, else [`ROOT_ENV`]; torchrun always sets the
-/// first, the others need one of them.
+/// Set to `True` by torchrun for its workers when its agent serves the
+/// job's store at `MASTER_ADDR:MASTER_PORT`: that port is then taken.
+pub const AGENT_STORE_ENV: &str = "TORCHELASTIC_USE_AGENT_STORE";
+
+/// [`ROOT_ENV`] where set (it overrides the launcher), else
+/// `MASTER_ADDR:MASTER_PORT`, or the port after it where torchrun's agent
+/// serves its own store on `MASTER_PORT` ([`AGENT_STORE_ENV`]); torchrun
+/// always sets `MASTER_*`, the other launchers need one of the two.
 fn root_address(get: &impl Fn(&str) -> Option<String>, launcher: Launcher) -> Result<String> {
-    match (get("MASTER_ADDR"), get("MASTER_PORT"), get(ROOT_ENV)) {
-        (Some(a), Some(p), _) => {
+    let root = get(ROOT_ENV).filter(|r| !r.trim().is_empty());
+    match (get("MASTER_ADDR"), get("MASTER_PORT"), root) {
+        (_, _, Some(r)) => {
+            let ok = r.trim().rsplit_once(':').is_some_and(|(h, p)| {
+                !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p != 0)
+            });
+            if ok {
+                Ok(r.trim().to_string())
+            } else {
+                Err(Error::Env {
+                    var: ROOT_ENV,
+                    problem: format!("{r:?} is not host:port"),
+                })
+            }
+        }
+        (Some(a), Some(p), None) => {
             let port = p.trim().parse::<u16>().ok().filter(|&p| p != 0).ok_or(Error::Env {
                 var: "MASTER_PORT",
                 problem: format!("{p:?} is not a port"),
             })?;
+            let agent = get(AGENT_STORE_ENV).is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+            let port = if agent {
+                port.checked_add(1).ok_or(Error::Env {
+                    var: "MASTER_PORT",
+                    problem: format!(
+                        "{port} is torchrun's store, and no port follows it for ours: set {ROOT_ENV}"
+                    ),
+                })?
+            } else {
+                port
+            };
             let host = a.trim();
             if host.is_empty() {
                 return Err(Error::Env {
@@ -182,19 +213,6 @@ fn root_address(get: &impl Fn(&str) -> Option<String>, launcher: Launcher) -> Re
             var: "MASTER_ADDR",
             problem: "not set, though MASTER_PORT is".into(),
         }),
-        (_, _, Some(r)) => {
-            let ok = r.rsplit_once(':').is_some_and(|(h, p)| {
-                !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p != 0)
-            });
-            if ok {
-                Ok(r.trim().to_string())
-            } else {
-                Err(Error::Env {
-                    var: ROOT_ENV,
-                    problem: format!("{r:?} is not host:port"),
-                })
-            }
-        }
         (None, None, None) => Err(Error::Env {
             var: "MASTER_ADDR",
             problem: format!(
@@ -270,6 +288,43 @@ mod tests {
         );
         assert_eq!(s.root, "[fe80::1]:1234");
         assert_eq!(s.job_key, "77.");
+    }
+
+    /// Under torchrun the agent's store holds `MASTER_PORT` (a torchrun
+    /// run on the GPU machine, 2026-12-07, failed with "Address already in
+    /// use" before this rule): ours takes the next port, and
+    /// `RINGREDUCE_ROOT` overrides both.
+    #[test]
+    fn torchruns_store_port_is_left_to_it() {
+        let base = [
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "node0"),
+            ("MASTER_PORT", "29500"),
+        ];
+        let with = |more: &[(&'static str, &'static str)]| {
+            let v: Vec<(&str, &str)> = base.iter().chain(more).copied().collect();
+            launch(&v)
+        };
+        assert_eq!(with(&[]).unwrap().root, "node0:29500");
+        assert_eq!(with(&[(AGENT_STORE_ENV, "True")]).unwrap().root, "node0:29501");
+        assert_eq!(with(&[(AGENT_STORE_ENV, "False")]).unwrap().root, "node0:29500");
+        let both = [(AGENT_STORE_ENV, "True"), (ROOT_ENV, "10.0.0.1:4000")];
+        assert_eq!(with(&both).unwrap().root, "10.0.0.1:4000");
+        let last = [
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "node0"),
+            ("MASTER_PORT", "65535"),
+            (AGENT_STORE_ENV, "True"),
+        ];
+        match launch(&last) {
+            Err(Error::Env { var, problem }) => {
+                assert_eq!(var, "MASTER_PORT");
+                assert!(problem.contains(ROOT_ENV), "{problem}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -42,15 +42,56 @@ type Reduce = unsafe extern "C" fn(
     CUstream,
 ) -> Ret;
 
-/// The calls ringreduce makes, resolved once. Until the NCCL communicator
-/// lands, only the version is read; the rest are resolved now so that a
-/// library missing any of them is refused at load, not at first use.
+/// `ncclConfig_t` as NCCL 2.17 declared it. NCCL reads a config up to its
+/// `size` and takes its own defaults for the fields added since, so this
+/// one layout serves every NCCL from [`MIN_VERSION`] on (cudarc's type
+/// changes with its NCCL feature).
+#[repr(C)]
+pub(crate) struct Config {
+    size: usize,
+    magic: u32,
+    version: u32,
+    blocking: c_int,
+    cga_cluster_size: c_int,
+    min_ctas: c_int,
+    max_ctas: c_int,
+    net_name: *const c_char,
+    split_share: c_int,
+}
+
+impl Config {
+    /// NCCL's defaults, but non-blocking: every call returns at once
+    /// (`ncclInProgress` while NCCL works in the background), so a caller
+    /// can poll, time out and abort where a blocking call would hang, as
+    /// NCCL's own connection set-up at a first collective does when a peer
+    /// never arrives.
+    pub fn nonblocking() -> Config {
+        /// `NCCL_CONFIG_UNDEF_INT`: "take NCCL's default".
+        const UNDEF: c_int = c_int::MIN;
+        Config {
+            size: std::mem::size_of::<Config>(),
+            magic: 0xcafe_beef,
+            version: 21700,
+            blocking: 0,
+            cga_cluster_size: UNDEF,
+            min_ctas: UNDEF,
+            max_ctas: UNDEF,
+            net_name: std::ptr::null(),
+            split_share: UNDEF,
+        }
+    }
+}
+
+/// The calls ringreduce makes, resolved once, so that a library missing
+/// any of them is refused at load, not at first use.
 #[allow(dead_code)]
 pub(crate) struct Nccl {
     /// NCCL's version code (`ncclGetVersion`: 22809 for 2.28.9).
     pub version: i32,
     pub get_unique_id: unsafe extern "C" fn(*mut ncclUniqueId) -> Ret,
-    pub comm_init_rank: unsafe extern "C" fn(*mut ncclComm_t, c_int, ncclUniqueId, c_int) -> Ret,
+    pub comm_init_rank_config:
+        unsafe extern "C" fn(*mut ncclComm_t, c_int, ncclUniqueId, c_int, *mut Config) -> Ret,
+    pub comm_finalize: unsafe extern "C" fn(ncclComm_t) -> Ret,
     pub comm_destroy: unsafe extern "C" fn(ncclComm_t) -> Ret,
     pub comm_abort: unsafe extern "C" fn(ncclComm_t) -> Ret,
     pub comm_get_async_error: unsafe extern "C" fn(ncclComm_t, *mut Ret) -> Ret,
@@ -160,7 +201,8 @@ fn resolve(lib: Library) -> std::result::Result<Nccl, String> {
         Ok(Nccl {
             version,
             get_unique_id: sym(&lib, "ncclGetUniqueId")?,
-            comm_init_rank: sym(&lib, "ncclCommInitRank")?,
+            comm_init_rank_config: sym(&lib, "ncclCommInitRankConfig")?,
+            comm_finalize: sym(&lib, "ncclCommFinalize")?,
             comm_destroy: sym(&lib, "ncclCommDestroy")?,
             comm_abort: sym(&lib, "ncclCommAbort")?,
             comm_get_async_error: sym(&lib, "ncclCommGetAsyncError")?,

@@ -1,22 +1,30 @@
 //! One NCCL communicator and the stream its calls run on, with the one
-//! way ringreduce waits for NCCL: polling the stream, NCCL's asynchronous
-//! error (`ncclCommGetAsyncError`), an abort flag and the timeout, and on
-//! any of the last three ending NCCL (`ncclCommAbort`), so no caller is
-//! left inside NCCL. The step between nodes and the flat NCCL backend
-//! both hold one.
+//! way ringreduce waits for NCCL. The communicator is non-blocking
+//! ([`Config::nonblocking`]): no NCCL call holds the caller, and every wait
+//! polls NCCL's state (`ncclCommGetAsyncError`, `ncclInProgress` while it
+//! works), then the stream, the abort flag and the timeout; on an error,
+//! an abort or the timeout it ends NCCL (`ncclCommAbort`), so no caller is
+//! left inside NCCL. The step between nodes and the flat NCCL backend both
+//! hold one.
 
-use super::library::{nccl, Nccl};
-use crate::bootstrap::POLL;
+use super::library::{nccl, Config, Nccl};
 use crate::error::{Error, Result};
 use cudarc::driver::sys::{self, CUresult};
 use cudarc::driver::{CudaContext, CudaStream};
 use cudarc::nccl::sys::{ncclComm_t, ncclResult_t, ncclUniqueId};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Bytes of an NCCL unique id, as the bootstrap carries it.
 pub(crate) const ID_BYTES: usize = 128;
+
+/// How long a wait polls without sleeping: NCCL steps of small messages
+/// end within it, and a sleep there would be most of their time.
+const SPIN: Duration = Duration::from_millis(50);
+
+/// The sleep between polls after [`SPIN`]: short against any timeout.
+const NAP: Duration = Duration::from_micros(200);
 
 /// A new NCCL unique id, as bytes for the bootstrap.
 pub(crate) fn new_id() -> Result<Vec<u8>> {
@@ -40,6 +48,15 @@ struct Live(ncclComm_t);
 // around it keeps calls on it one at a time.
 unsafe impl Send for Live {}
 
+/// What a wait waits for.
+#[derive(Clone, Copy, PartialEq)]
+enum Until {
+    /// NCCL's state leaves `ncclInProgress` (initialisation, finalising).
+    Settled,
+    /// That, and then the stream's work is done (a collective).
+    Drained,
+}
+
 /// An NCCL communicator, its device and its stream.
 pub(crate) struct Link {
     pub n: &'static Nccl,
@@ -52,7 +69,9 @@ pub(crate) struct Link {
 
 impl Link {
     /// Member `me` of `members` joins the NCCL communicator of `id` on
-    /// `ctx`'s device; NCCL's initialisation waits for every member.
+    /// `ctx`'s device. NCCL's initialisation waits for every member; a
+    /// member that never comes makes it fail within `timeout`
+    /// ([`Error::NoProgress`]) rather than hang.
     pub fn init(
         ctx: Arc<CudaContext>,
         id: &[u8],
@@ -70,81 +89,115 @@ impl Link {
         ctx.bind_to_thread()?;
         let stream = ctx.new_stream()?;
         let mut comm: ncclComm_t = std::ptr::null_mut();
-        // SAFETY: `comm` is a valid out-pointer; the context is bound.
-        let r = unsafe { (n.comm_init_rank)(&mut comm, members as i32, id, me as i32) };
-        n.check("ncclCommInitRank", r, None)?;
-        Ok(Link {
+        let mut config = Config::nonblocking();
+        // SAFETY: `comm` and `config` are valid pointers; the context is
+        // bound.
+        let r = unsafe {
+            (n.comm_init_rank_config)(&mut comm, members as i32, id, me as i32, &mut config)
+        };
+        let link = Link {
             n,
-            comm: Mutex::new(Some(Live(comm))),
+            comm: Mutex::new((!comm.is_null()).then_some(Live(comm))),
             ctx,
             stream,
             aborted: AtomicBool::new(false),
             timeout,
-        })
+        };
+        if r != ncclResult_t::ncclInProgress {
+            if let Err(e) = n.check("ncclCommInitRankConfig", r, None) {
+                link.end();
+                return Err(e);
+            }
+        }
+        link.wait_until(Until::Settled, "NCCL's initialisation")?;
+        Ok(link)
     }
 
-    /// Enqueues `call` (named `name`) on the communicator and the stream;
-    /// an error from it ends NCCL.
+    /// Enqueues `call` (named `name`) on the communicator and the stream,
+    /// and returns once NCCL has taken it (polled, as every wait is); an
+    /// error from it ends NCCL.
     pub fn enqueue(
         &self,
         name: &'static str,
         call: impl FnOnce(ncclComm_t, sys::CUstream) -> ncclResult_t,
     ) -> Result<()> {
-        let mut comm = self.comm.lock().unwrap_or_else(|e| e.into_inner());
+        let mut comm = self.lock();
         let Some(Live(c)) = comm.as_ref() else {
             return Err(Error::Aborted { seen: None });
         };
         let c = *c;
         self.ctx.bind_to_thread()?;
         let r = call(c, self.stream.cu_stream());
-        if let Err(e) = self.n.check(name, r, Some(c)) {
-            end(self.n, &mut comm);
-            return Err(e);
+        if r != ncclResult_t::ncclInProgress {
+            if let Err(e) = self.n.check(name, r, Some(c)) {
+                end(self.n, &mut comm);
+                return Err(e);
+            }
+            return Ok(());
         }
-        Ok(())
+        // NCCL is still enqueuing (a first call connects to the peers):
+        // it takes no other call, and its stream no other work, until done.
+        drop(comm);
+        self.wait_until(Until::Settled, name)
     }
 
-    /// Waits for the stream's work (see the module's text).
+    /// Waits for the enqueued work (see the module's text).
     pub fn wait(&self) -> Result<()> {
+        self.wait_until(Until::Drained, "NCCL")
+    }
+
+    fn wait_until(&self, until: Until, what: &str) -> Result<()> {
         let started = Instant::now();
-        let mut comm = self.comm.lock().unwrap_or_else(|e| e.into_inner());
+        let mut comm = self.lock();
         loop {
-            // SAFETY: a live stream of this context.
-            match unsafe { sys::cuStreamQuery(self.stream.cu_stream()) } {
-                CUresult::CUDA_SUCCESS => return Ok(()),
-                CUresult::CUDA_ERROR_NOT_READY => {}
-                e => {
-                    end(self.n, &mut comm);
-                    return Err(Error::Driver(format!("waiting for NCCL: {e:?}")));
-                }
-            }
             let Some(Live(c)) = comm.as_ref() else {
                 return Err(Error::Aborted { seen: None });
             };
             let c = *c;
-            let mut async_err = ncclResult_t::ncclSuccess;
+            let mut state = ncclResult_t::ncclSuccess;
             // SAFETY: a live communicator and a valid out-pointer.
-            let r = unsafe { (self.n.comm_get_async_error)(c, &mut async_err) };
-            let bad = self
+            let r = unsafe { (self.n.comm_get_async_error)(c, &mut state) };
+            let checked = self
                 .n
                 .check("ncclCommGetAsyncError", r, Some(c))
-                .and_then(|_| self.n.check("an NCCL collective", async_err, Some(c)));
-            if let Err(e) = bad {
-                end(self.n, &mut comm);
-                return Err(e);
+                .and_then(|_| match state {
+                    ncclResult_t::ncclInProgress => Ok(false),
+                    s => self.n.check("NCCL's work", s, Some(c)).map(|_| true),
+                });
+            match checked {
+                Err(e) => {
+                    end(self.n, &mut comm);
+                    return Err(e);
+                }
+                Ok(false) => {}
+                Ok(true) if until == Until::Settled => return Ok(()),
+                // SAFETY: a live stream of this context.
+                Ok(true) => match unsafe { sys::cuStreamQuery(self.stream.cu_stream()) } {
+                    CUresult::CUDA_SUCCESS => return Ok(()),
+                    CUresult::CUDA_ERROR_NOT_READY => {}
+                    e => {
+                        end(self.n, &mut comm);
+                        return Err(Error::Driver(format!("waiting for NCCL: {e:?}")));
+                    }
+                },
             }
             if self.aborted.load(Ordering::Acquire) {
                 end(self.n, &mut comm);
                 return Err(Error::Aborted { seen: None });
             }
-            if started.elapsed() >= self.timeout {
+            let waited = started.elapsed();
+            if waited >= self.timeout {
                 end(self.n, &mut comm);
                 return Err(Error::NoProgress {
-                    what: "NCCL".into(),
+                    what: what.into(),
                     waited: self.timeout,
                 });
             }
-            std::thread::sleep(POLL);
+            if waited < SPIN {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(NAP);
+            }
         }
     }
 
@@ -152,6 +205,15 @@ impl Link {
     /// NCCL, so NCCL is never freed under a call.
     pub fn abort(&self) {
         self.aborted.store(true, Ordering::Release);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<Live>> {
+        self.comm.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Ends NCCL at once, if it lives.
+    fn end(&self) {
+        end(self.n, &mut self.lock());
     }
 }
 
@@ -164,17 +226,33 @@ fn end(n: &Nccl, comm: &mut Option<Live>) {
 }
 
 impl Drop for Link {
+    /// After an abort, or where NCCL will not finish its work within the
+    /// timeout, NCCL is aborted; else it is finalised (its work flushed,
+    /// polled as every wait is) and destroyed.
     fn drop(&mut self) {
-        let comm = self.comm.get_mut().unwrap_or_else(|e| e.into_inner());
-        if let Some(Live(c)) = comm.take() {
-            let _ = self.ctx.bind_to_thread();
-            // SAFETY: no call is in flight (the link is owned here).
-            // Destroying flushes NCCL's work; aborting does not wait.
+        let _ = self.ctx.bind_to_thread();
+        if self.aborted.load(Ordering::Acquire) {
+            self.end();
+            return;
+        }
+        let c = match self.lock().as_ref() {
+            Some(Live(c)) => *c,
+            None => return,
+        };
+        // SAFETY: no call is in flight (the link is owned here).
+        let r = unsafe { (self.n.comm_finalize)(c) };
+        let finished = (r == ncclResult_t::ncclSuccess || r == ncclResult_t::ncclInProgress)
+            && self
+                .wait_until(Until::Settled, "NCCL's finalisation")
+                .is_ok();
+        if let Some(Live(c)) = self.lock().take() {
+            // SAFETY: `c` lives until this call, which frees it; a failed
+            // wait above already aborted it and took it.
             unsafe {
-                if self.aborted.load(Ordering::Acquire) {
-                    (self.n.comm_abort)(c);
-                } else {
+                if finished {
                     (self.n.comm_destroy)(c);
+                } else {
+                    (self.n.comm_abort)(c);
                 }
             }
         }
