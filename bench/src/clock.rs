@@ -3,7 +3,9 @@
 //! execution.
 
 use cudarc::driver::{sys, CudaEvent, CudaGraph};
-use ringreduce::{Collectives, Communicator, CpuCommunicator, Error, Result};
+use ringreduce::{
+    reference, Collective, Collectives, Communicator, CpuCommunicator, Error, Op, Result, RsElement,
+};
 use std::time::Instant;
 
 /// A backend whose queued work can be timed.
@@ -22,6 +24,26 @@ pub trait Clock: Collectives {
     fn capture(&self, queue: &mut dyn FnMut() -> Result<()>) -> Result<Self::Graph>;
     /// Enqueues one replay of `g`.
     fn replay(&self, g: &Self::Graph) -> Result<()>;
+
+    /// Every rank's output of `c` over `inputs` (by rank; `n` as
+    /// `Collective::lengths` takes it), folded as this backend folds:
+    /// the sweep's check compares with it.
+    fn want<T: RsElement>(
+        &self,
+        c: Collective,
+        n: usize,
+        inputs: &[&[T]],
+        op: Op,
+    ) -> Result<Vec<Vec<T>>> {
+        let algorithm = self.algorithm_for::<T>(c, n)?;
+        Ok(reference::collective_by(
+            c,
+            algorithm,
+            inputs,
+            self.ring_order(),
+            op,
+        ))
+    }
 }
 
 impl Clock for Communicator {
@@ -73,7 +95,7 @@ impl Clock for Communicator {
 /// a hierarchical rank's collectives and NCCL's (whose `synchronize`
 /// polls the stream), with no graph capture (`no_graph` says why).
 macro_rules! host_clock {
-    ($t:ty, $no_graph:literal $(, $g:ident)?) => {
+    ($t:ty, $no_graph:literal $(, $g:ident)? $(; $($more:tt)*)?) => {
         impl<$($g: ringreduce::Backend)?> Clock for $t {
             type Mark = Instant;
 
@@ -95,6 +117,8 @@ macro_rules! host_clock {
             fn replay(&self, _: &()) -> Result<()> {
                 Ok(())
             }
+
+            $($($more)*)?
         }
     };
 }
@@ -103,7 +127,33 @@ host_clock!(CpuCommunicator, "graph capture needs a GPU");
 host_clock!(
     ringreduce::HierComm<B>,
     "graph capture needs the GPU communicator",
-    B
+    B;
+    /// The hierarchical reference: the node's fold, then node order.
+    fn want<T: RsElement>(
+        &self,
+        c: Collective,
+        n: usize,
+        inputs: &[&[T]],
+        op: Op,
+    ) -> Result<Vec<Vec<T>>> {
+        let intra = self.intra();
+        // The counts asked about are those the call itself planned, so
+        // none fails here; were one to, its rows would show as wrong.
+        let algorithm_for = |c, count| {
+            intra
+                .algorithm_for::<T>(c, count)
+                .unwrap_or(ringreduce::Algorithm::Ring)
+        };
+        Ok(reference::hierarchical_by(
+            c,
+            n,
+            inputs,
+            self.nodes(),
+            algorithm_for,
+            intra.ring_order(),
+            op,
+        ))
+    }
 );
 host_clock!(
     ringreduce::NcclCommunicator,

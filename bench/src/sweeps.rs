@@ -12,7 +12,7 @@ use crate::point::{perf, with_elem, Judge, Point};
 use crate::report::{AutoVsBest, Perf, Row};
 use crate::table;
 use indicatif::{ProgressBar, ProgressStyle};
-use ringreduce::{reference, Algo, Collective, Collectives, CommConfig, Op, RsElement};
+use ringreduce::{Algo, Collective, Collectives, CommConfig, Op, RsElement};
 
 fn progress(n: usize) -> ProgressBar {
     let pb = ProgressBar::new(n as u64);
@@ -236,7 +236,7 @@ fn count_wrong<T: bytemuck::Pod + Sync>(got: &[T], want: &[T]) -> u64 {
 /// Runs the collective once more on exact-check inputs (any fold order
 /// gives the same bits) and counts the output elements that differ from
 /// the reference.
-fn check<C: Collectives, T: RsElement + FromSmall>(
+fn check<C: Clock, T: RsElement + FromSmall>(
     comm: &C,
     c: Collective,
     bufs: &mut Bufs<C::Buf<T>>,
@@ -275,8 +275,7 @@ fn check<C: Collectives, T: RsElement + FromSmall>(
     comm.collective(c, &mut regions(c, k, n, in_place, 0, bufs), op)?;
     comm.synchronize()?;
     let refs: Vec<&[T]> = inputs.iter().map(|v| v.as_slice()).collect();
-    let algorithm = comm.algorithm_for::<T>(c, n)?;
-    let want = reference::collective_by(c, algorithm, &refs, comm.ring_order(), op);
+    let want = comm.want(c, n, &refs, op)?;
     let mut wrong = 0;
     for (i, u) in local.enumerate() {
         let out = at(u).1;

@@ -138,6 +138,32 @@ pub fn collective_by<T: Element>(
     }
 }
 
+/// Every job rank's output of `c` (with `n` as [`Collective::lengths`]
+/// takes it) on a hierarchical job: [`hierarchical_all_reduce`] and
+/// [`hierarchical_reduce_scatter`]; an all-gather reduces nothing, so its
+/// output is the inputs in rank order. `inputs` are by job rank.
+pub fn hierarchical_by<T: Element>(
+    c: Collective,
+    n: usize,
+    inputs: &[&[T]],
+    nodes: &crate::nodes::Nodes,
+    algorithm_for: impl Fn(Collective, usize) -> Algorithm,
+    ring: &RingOrder,
+    op: Op,
+) -> Vec<Vec<T>> {
+    match c {
+        Collective::AllReduce => {
+            let out = hierarchical_all_reduce(inputs, nodes, algorithm_for, ring, op);
+            vec![out; inputs.len()]
+        }
+        Collective::ReduceScatter => {
+            let algorithm = algorithm_for(Collective::ReduceScatter, n);
+            hierarchical_reduce_scatter(inputs, nodes, algorithm, ring, op)
+        }
+        Collective::AllGather => all_gather(inputs),
+    }
+}
+
 /// The reference of [`HierComm::all_reduce`](crate::HierComm::all_reduce)
 /// (every rank's output is the same). `algorithm_for(c, count)` is the
 /// algorithm a host's call of `c` runs (`Comm::algorithm_for`). On one

@@ -307,8 +307,14 @@ mod tests {
             launch(&v)
         };
         assert_eq!(with(&[]).unwrap().root, "node0:29500");
-        assert_eq!(with(&[(AGENT_STORE_ENV, "True")]).unwrap().root, "node0:29501");
-        assert_eq!(with(&[(AGENT_STORE_ENV, "False")]).unwrap().root, "node0:29500");
+        assert_eq!(
+            with(&[(AGENT_STORE_ENV, "True")]).unwrap().root,
+            "node0:29501"
+        );
+        assert_eq!(
+            with(&[(AGENT_STORE_ENV, "False")]).unwrap().root,
+            "node0:29500"
+        );
         let both = [(AGENT_STORE_ENV, "True"), (ROOT_ENV, "10.0.0.1:4000")];
         assert_eq!(with(&both).unwrap().root, "10.0.0.1:4000");
         let last = [

@@ -157,13 +157,13 @@ impl Link {
             let mut state = ncclResult_t::ncclSuccess;
             // SAFETY: a live communicator and a valid out-pointer.
             let r = unsafe { (self.n.comm_get_async_error)(c, &mut state) };
-            let checked = self
-                .n
-                .check("ncclCommGetAsyncError", r, Some(c))
-                .and_then(|_| match state {
-                    ncclResult_t::ncclInProgress => Ok(false),
-                    s => self.n.check("NCCL's work", s, Some(c)).map(|_| true),
-                });
+            let checked =
+                self.n
+                    .check("ncclCommGetAsyncError", r, Some(c))
+                    .and_then(|_| match state {
+                        ncclResult_t::ncclInProgress => Ok(false),
+                        s => self.n.check("NCCL's work", s, Some(c)).map(|_| true),
+                    });
             match checked {
                 Err(e) => {
                     end(self.n, &mut comm);
