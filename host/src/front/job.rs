@@ -72,15 +72,23 @@ impl<B: Engine> Comm<B> {
     /// else the process's local rank modulo the GPUs it sees (so that
     /// processes share GPUs where there are fewer GPUs than processes).
     pub fn from_env(config: CommConfig) -> Result<Self> {
-        let launch = Launch::from_env()?;
-        let id = launch.unique_id()?;
-        let device = config
-            .devices
-            .as_ref()
-            .and_then(|d| d.first().copied())
-            .unwrap_or_else(|| B::device_of_local_rank(launch.local_rank));
+        let (launch, id, device) = launched::<B>(&config)?;
         Self::init_rank(&id, launch.rank, launch.world, device, config)
     }
+}
+
+/// What a process a launcher started joins with: its launch (the
+/// launcher's variables), the job's id, and its device: the first of
+/// [`CommConfig::devices`] if it names one, else its local rank's.
+pub(crate) fn launched<B: Engine>(config: &CommConfig) -> Result<(Launch, UniqueId, usize)> {
+    let launch = Launch::from_env()?;
+    let id = launch.unique_id()?;
+    let device = config
+        .devices
+        .as_ref()
+        .and_then(|d| d.first().copied())
+        .unwrap_or_else(|| B::device_of_local_rank(launch.local_rank));
+    Ok((launch, id, device))
 }
 
 /// A join's arguments, checked before anything is set up: a world of

@@ -12,7 +12,7 @@ mod job;
 pub use engine::Comm;
 pub(crate) use engine::{Alarm, Engine};
 pub(crate) use hier::Joined;
-pub(crate) use job::{meet, peer_error};
+pub(crate) use job::{launched, meet, peer_error};
 
 use crate::config::CommConfig;
 use crate::element::RsElement;

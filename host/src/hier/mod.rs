@@ -70,6 +70,23 @@ impl<B: Backend> HierComm<B> {
         })
     }
 
+    /// [`init_rank`](Self::init_rank) from the launcher's variables, with
+    /// the device [`Comm::from_env`] would take: how a job that torchrun,
+    /// mpirun or srun started on every host joins. On one host it is that
+    /// host's communicator and never loads NCCL.
+    ///
+    /// ```no_run
+    /// use ringreduce::{Collectives, CommConfig, GpuBackend, HierComm, Op};
+    /// let comm = HierComm::<GpuBackend>::from_env(CommConfig::default())?;
+    /// let mut grad = comm.upload(comm.rank(), &vec![1.0f32; 1 << 20])?;
+    /// comm.all_reduce(&mut grad, Op::Sum)?;
+    /// # Ok::<(), ringreduce::Error>(())
+    /// ```
+    pub fn from_env(config: CommConfig) -> Result<Self> {
+        let (launch, id, device) = crate::front::launched::<B>(&config)?;
+        Self::init_rank(&id, launch.rank, launch.world, device, config)
+    }
+
     /// The job's nodes.
     pub fn nodes(&self) -> &Nodes {
         &self.nodes

@@ -432,19 +432,15 @@ where
     Ok(format!("ok {cases} {wrong}"))
 }
 
-/// A rank of a hierarchical job, on the device `RINGREDUCE_TEST_DEVICE`
-/// names (else the local rank's) for GPU ranks.
+/// A rank of a hierarchical job joined from the launcher's variables
+/// (`HierComm::from_env`), on the device `RINGREDUCE_TEST_DEVICE` names
+/// (else the local rank's) for GPU ranks.
 fn run_hier<B: Backend>(mode: &str, who: Option<usize>) -> std::process::ExitCode
 where
     HierComm<B>: GradBackend,
 {
     let t = Instant::now();
-    let joined = ringreduce::bootstrap::Launch::from_env().and_then(|l| {
-        let id = l.unique_id()?;
-        let device = ms("RINGREDUCE_TEST_DEVICE").map_or(l.local_rank, |d| d as usize);
-        HierComm::<B>::init_rank(&id, l.rank, l.world, device, config())
-    });
-    let comm = match joined {
+    let comm = match HierComm::<B>::from_env(config()) {
         Ok(c) => c,
         Err(e) => {
             say(&format!("error {e:?} {}", t.elapsed().as_millis()));
