@@ -324,6 +324,23 @@ mod tests {
         }
     }
 
+    /// The offsets nccl.h gives `ncclConfig_t`'s first fields on a 64-bit
+    /// target: NCCL reads `size`, `magic` and `version` first, and then as
+    /// many fields as `size` covers.
+    #[test]
+    fn the_config_is_laid_out_as_nccl_h_declares_it() {
+        use std::mem::{offset_of, size_of};
+        assert_eq!(offset_of!(Config, magic), 8);
+        assert_eq!(offset_of!(Config, version), 12);
+        assert_eq!(offset_of!(Config, blocking), 16);
+        assert_eq!(offset_of!(Config, max_ctas), 28);
+        assert_eq!(offset_of!(Config, net_name), 32);
+        assert_eq!(offset_of!(Config, split_share), 40);
+        assert_eq!(size_of::<Config>(), 48);
+        let c = Config::nonblocking();
+        assert_eq!((c.size, c.magic, c.blocking), (48, 0xcafe_beef, 0));
+    }
+
     #[test]
     fn versions_read_as_nccl_writes_them() {
         assert_eq!(version_text(22809), "2.28.9");
