@@ -7,12 +7,26 @@ fn tmp(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("ringreduce-bench-{}-{name}", std::process::id()))
 }
 
+/// Runs the bench as `build` sets it up and returns its standard output;
+/// the test fails, showing both outputs, unless the bench succeeds.
+fn run_ok(build: impl FnOnce(&mut Command) -> &mut Command) -> String {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ringreduce-bench"));
+    let out = build(&mut c).output().expect("run the bench");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "bench failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 #[test]
 fn cpu_run_end_to_end() {
     let json = tmp("run.json");
     let png = tmp("run.png");
-    let out = Command::new(env!("CARGO_BIN_EXE_ringreduce-bench"))
-        .args([
+    let stdout = run_ok(|c| {
+        c.args([
             "--cpu",
             "-b",
             "64",
@@ -36,14 +50,7 @@ fn cpu_run_end_to_end() {
         .arg(&json)
         .arg("--plot")
         .arg(&png)
-        .output()
-        .expect("run the bench");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "bench failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    });
     assert!(
         stdout.contains("NOT GPU figures"),
         "banner missing:\n{stdout}"
@@ -147,33 +154,26 @@ fn bad_arguments_fail_cleanly() {
 #[test]
 fn cpu_hierarchical_job_end_to_end() {
     let json = tmp("hier.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_ringreduce-bench"))
-        .args(["--cpu", "--procs", "4", "--nodes", "2", "--backend", "hier"])
-        .args(["--algo", "ring"])
-        .args([
-            "-b",
-            "8",
-            "-e",
-            "2M",
-            "-f",
-            "64",
-            "--collective",
-            "all",
-            "-n",
-            "2",
-            "-w",
-            "1",
-        ])
-        .arg("-J")
-        .arg(&json)
-        .output()
-        .expect("run the bench");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "bench failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_ok(|c| {
+        c.args(["--cpu", "--procs", "4", "--nodes", "2", "--backend", "hier"])
+            .args(["--algo", "ring"])
+            .args([
+                "-b",
+                "8",
+                "-e",
+                "2M",
+                "-f",
+                "64",
+                "--collective",
+                "all",
+                "-n",
+                "2",
+                "-w",
+                "1",
+            ])
+            .arg("-J")
+            .arg(&json)
+    });
     assert_eq!(
         stdout.matches("# Out of bounds values : 0 OK").count(),
         3,
@@ -222,28 +222,21 @@ fn cpu_hierarchical_job_end_to_end() {
 #[test]
 fn cpu_job_of_processes_end_to_end() {
     let json = tmp("procs.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_ringreduce-bench"))
-        .args(["--cpu", "--procs", "3", "-b", "8", "-e", "64K", "-f", "8"])
-        .args([
-            "--collective",
-            "all",
-            "-n",
-            "3",
-            "-w",
-            "1",
-            "-d",
-            "float,int8",
-        ])
-        .arg("-J")
-        .arg(&json)
-        .output()
-        .expect("run the bench");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "bench failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_ok(|c| {
+        c.args(["--cpu", "--procs", "3", "-b", "8", "-e", "64K", "-f", "8"])
+            .args([
+                "--collective",
+                "all",
+                "-n",
+                "3",
+                "-w",
+                "1",
+                "-d",
+                "float,int8",
+            ])
+            .arg("-J")
+            .arg(&json)
+    });
     // One printer: the banner once, not once per rank.
     assert_eq!(stdout.matches("NOT GPU figures").count(), 1, "{stdout}");
     assert_eq!(stdout.matches("# Out of bounds values : 0 OK").count(), 3);
