@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::front::{meet, peer_error, rank_here};
 use crate::nccl::link::{new_id, Link};
 use crate::nccl::{nccl_op, nccl_type};
-use crate::region::{check_regions, ranges_of, Region};
+use crate::region::{one_region, ranges_of, Region};
 use crate::ring::RingOrder;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use ringreduce_kernels::{Algorithm, Collective, Op};
@@ -164,13 +164,7 @@ impl Collectives for NcclCommunicator {
         regions: &mut [Region<'_, CudaSlice<T>>],
         op: Op,
     ) -> Result<()> {
-        let [region] = regions else {
-            return Err(Error::WrongBufferCount {
-                got: regions.len(),
-                k: 1,
-            });
-        };
-        check_regions(std::slice::from_ref(region), |b: &CudaSlice<T>| b.len())?;
+        let region = one_region(regions, |b: &CudaSlice<T>| b.len())?;
         let size = std::mem::size_of::<T>() as u64;
         let s = &self.link.stream;
         let (send_at, recv_at) = ranges_of(c, region, self.rank, self.world)?;

@@ -87,6 +87,23 @@ pub(crate) fn check_regions<B>(regions: &[Region<'_, B>], len: impl Fn(&B) -> us
     Ok(())
 }
 
+/// The one region of a backend that runs a whole job's call as one rank's
+/// (the hierarchical and NCCL ones), its ranges checked as
+/// [`check_regions`] does; any other count is [`Error::WrongBufferCount`].
+pub(crate) fn one_region<'r, 'a, B>(
+    regions: &'r mut [Region<'a, B>],
+    len: impl Fn(&B) -> usize,
+) -> Result<&'r mut Region<'a, B>> {
+    let [region] = regions else {
+        return Err(Error::WrongBufferCount {
+            got: regions.len(),
+            k: 1,
+        });
+    };
+    check_regions(std::slice::from_ref(region), len)?;
+    Ok(region)
+}
+
 /// The input and output element ranges of rank `rank`'s one region of
 /// collective `c` over `world` ranks (the in-place shapes at NCCL's
 /// offsets), checked against the collective's lengths: for backends that

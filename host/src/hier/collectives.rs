@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::front::{rank_here, Backend, Comm, Engine};
 use crate::gpu::GpuBackend;
 use crate::grad::{GradBackend, SparseSent, Wire};
-use crate::region::{check_regions, ranges_of, Region};
+use crate::region::{one_region, ranges_of, Region};
 use crate::ring::RingOrder;
 use ringreduce_kernels::grad::abi::Task;
 use ringreduce_kernels::{Algorithm, Collective, Op};
@@ -144,15 +144,7 @@ impl<B: Backend> Collectives for HierComm<B> {
         regions: &mut [Region<'_, B::Buf<T>>],
         op: Op,
     ) -> Result<()> {
-        let [region] = regions else {
-            return Err(Error::WrongBufferCount {
-                got: regions.len(),
-                k: 1,
-            });
-        };
-        check_regions(std::slice::from_ref(region), |b| {
-            <Comm<B> as Collectives>::len_of(b)
-        })?;
+        let region = one_region(regions, |b| <Comm<B> as Collectives>::len_of(b))?;
         self.region(c, region, op)
     }
     fn synchronize(&self) -> Result<()> {
