@@ -250,29 +250,19 @@ fn run_inner(args: &BenchArgs, argv: Vec<String>) -> Result<i32, String> {
             per_algo.push((a, rows));
         }
         if let Some(l) = &job {
+            let id = l.unique_id().map_err(|e| e.to_string())?;
+            let (rank, world, name) = (l.rank, l.world, "1-block copy");
             for &b in &others {
-                let name = "1-block copy";
+                let cfg = config.clone();
                 other_rows.extend(match b {
                     BackendArg::Nccl => {
-                        let comm = NcclCommunicator::init_rank(
-                            &l.unique_id().map_err(|e| e.to_string())?,
-                            l.rank,
-                            l.world,
-                            mine,
-                            config.clone(),
-                        )
-                        .map_err(|e| e.to_string())?;
+                        let comm = NcclCommunicator::init_rank(&id, rank, world, mine, cfg)
+                            .map_err(|e| e.to_string())?;
                         backend_sweep(args, &comm, &pts, judge, name, b)?
                     }
                     _ => {
-                        let comm = HierComm::<GpuBackend>::init_rank(
-                            &l.unique_id().map_err(|e| e.to_string())?,
-                            l.rank,
-                            l.world,
-                            mine,
-                            config.clone(),
-                        )
-                        .map_err(|e| e.to_string())?;
+                        let comm = HierComm::<GpuBackend>::init_rank(&id, rank, world, mine, cfg)
+                            .map_err(|e| e.to_string())?;
                         backend_sweep(args, &comm, &pts, judge, name, b)?
                     }
                 });
