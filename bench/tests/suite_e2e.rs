@@ -127,7 +127,7 @@ fn a_spent_budget_runs_nothing_and_says_so() {
     assert!(o.status.success());
     let st = statuses(&s);
     // Every part but the two soaks.
-    assert_eq!(st.len(), 44);
+    assert_eq!(st.len(), 49);
     assert!(st.iter().all(|(_, s)| s == "not-run"), "{st:?}");
     assert_eq!(s["budget_s"], 0);
 }

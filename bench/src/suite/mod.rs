@@ -12,6 +12,7 @@ pub mod parts;
 pub mod probes;
 pub mod profile;
 pub mod runner;
+pub mod start;
 pub mod summary;
 
 use clap::{CommandFactory, FromArgMatches, Parser};

@@ -57,6 +57,9 @@ pub(super) enum Job {
     },
     /// Communicators across processes: the process tests.
     Jobs,
+    /// `k` processes of a job started together: how long until every rank
+    /// joined (`start.rs`).
+    Start(usize),
     /// `job` with MPS running, where the host has it (its processes share
     /// one GPU).
     Mps(Box<Job>),
@@ -179,6 +182,29 @@ pub fn all() -> Vec<Part> {
             "-b 8 -e 512 -f 8 -n 2 -w 1",
             40,
         ),
+        Part {
+            name: "procs-start-k8",
+            about: "8 processes of the test job binary (join only; MPS where present, all on GPU 0) spawned together: milliseconds from the spawn to the last rank's joined line, three rounds",
+            est_s: (15, 10),
+            cap_s: 120,
+            job: Job::Mps(Box::new(Job::Start(8))),
+        },
+        procs(
+            "procs-latency-k2",
+            "the same as procs-latency-k8 with 2 processes: how latency grows with the processes sharing one GPU",
+            "--procs 2 -d float -o sum --collective all-reduce",
+            "-b 8 -e 4K -f 2 -n 200 -w 20 --repeats 3",
+            "-b 8 -e 512 -f 8 -n 2 -w 1",
+            30,
+        ),
+        procs(
+            "procs-latency-k4",
+            "the same as procs-latency-k8 with 4 processes",
+            "--procs 4 -d float -o sum --collective all-reduce",
+            "-b 8 -e 4K -f 2 -n 200 -w 20 --repeats 3",
+            "-b 8 -e 512 -f 8 -n 2 -w 1",
+            30,
+        ),
         procs(
             "hier-2x2",
             "beyond one node, simulated: 4 processes as 2 hosts x 2 (MPS where present), all-reduce 1 MiB to 256 MiB, the hierarchical backend beside flat NCCL over the same processes (each its own host to NCCL; NCCL from RINGREDUCE_NCCL_LIBRARY); the CPU execution runs the hierarchical rows only",
@@ -186,6 +212,22 @@ pub fn all() -> Vec<Part> {
             "--backend hier,nccl -b 1M -e 256M -f 4 -n 5 -w 2",
             "--backend hier -b 8 -e 64K -f 8 -n 2 -w 1",
             120,
+        ),
+        procs(
+            "hier-node-k2-256M",
+            "the hierarchy's steps inside a node, alone: 2 processes (MPS where present), reduce-scatter, all-gather and all-reduce of 256 MiB; beside hier-2x2's 256 MiB row",
+            "--procs 2 -d float -o sum --collective all",
+            "-b 256M -e 256M -n 5 -w 2",
+            "-b 8 -e 64K -f 8 -n 2 -w 1",
+            30,
+        ),
+        procs(
+            "hier-across-2x1-256M",
+            "the hierarchy's step between hosts, alone: NCCL's all-gather of 256 MiB (128 MiB from each) between 2 processes as 2 simulated hosts over its socket transport; the CPU execution runs the hierarchical backend's instead",
+            "--procs 2 --nodes 2 -d float --collective all-gather",
+            "--backend nccl -b 256M -e 256M -n 5 -w 2",
+            "--backend hier -b 8 -e 64K -f 8 -n 2 -w 1",
+            30,
         ),
         Part {
             name: "grad",

@@ -53,6 +53,7 @@ impl Part {
                 self.run_job(&ctx.with_env(env), limit, inner)
             }
             Job::Jobs => self.tests(ctx, limit, jobs_runs(ctx.cpu)),
+            Job::Start(k) => super::start::start(ctx, limit, self.name, *k),
             Job::Tests => self.tests(ctx, limit, tests_runs(ctx.cpu)),
             Job::Faults => self.tests(ctx, limit, faults_runs(ctx.cpu)),
             Job::Grad => self.tests(ctx, limit, grad_runs(ctx.cpu)),
