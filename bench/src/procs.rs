@@ -53,6 +53,27 @@ fn nccl_env(host: &str, r: usize, library: Option<&str>) -> Vec<(&'static str, S
     v
 }
 
+/// A loopback port nothing listens at now: a spawned job's rendezvous.
+pub fn free_port() -> Result<u16, String> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("a free port: {e}"))
+}
+
+/// torchrun's variables for rank `r` of `n` processes on this machine,
+/// meeting at `port` on loopback.
+pub fn torchrun_env(r: usize, n: usize, port: u16) -> [(&'static str, String); 6] {
+    [
+        ("RANK", r.to_string()),
+        ("WORLD_SIZE", n.to_string()),
+        ("LOCAL_RANK", r.to_string()),
+        ("LOCAL_WORLD_SIZE", n.to_string()),
+        ("MASTER_ADDR", "127.0.0.1".to_string()),
+        ("MASTER_PORT", port.to_string()),
+    ]
+}
+
 /// Runs this bench as `n` processes with torchrun's variables (rank 0's
 /// output is this one's), on `nodes` simulated hosts when given (ranks
 /// node-major, each host named by `RINGREDUCE_HOST_NAME`), and returns
@@ -72,21 +93,13 @@ pub fn spawn_job(n: usize, nodes: Option<usize>, argv: &[String]) -> Result<i32,
         None => crate::nccl::find_wheel_nccl().map(|p| p.display().to_string()),
     };
     let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| format!("a free port: {e}"))?
-        .port();
+    let port = free_port()?;
     let args = without_procs(argv);
     let children = (0..n)
         .map(|r| {
             Command::new(&exe)
                 .args(&args)
-                .env("RANK", r.to_string())
-                .env("WORLD_SIZE", n.to_string())
-                .env("LOCAL_RANK", r.to_string())
-                .env("LOCAL_WORLD_SIZE", n.to_string())
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", port.to_string())
+                .envs(torchrun_env(r, n, port))
                 .envs(nccl_env(&host(r), r, library.as_deref()))
                 .envs(nodes.map(|_| ("RINGREDUCE_HOST_NAME", host(r))))
                 .stdout(if r == 0 {

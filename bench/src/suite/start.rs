@@ -64,21 +64,13 @@ fn epoch_ms() -> u128 {
 /// One round: the milliseconds from the spawn to the last `joined`, and
 /// every rank's lines.
 fn one_round(ctx: &Ctx, k: usize, deadline: Instant) -> Result<(u128, String), String> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| format!("a free port: {e}"))?
-        .port();
+    let port = crate::procs::free_port()?;
     let spawned = epoch_ms();
     let mut children = Vec::new();
     for r in 0..k {
         let mut c = Command::new(ctx.test_bin("job"));
         c.envs(ctx.env.iter().map(|(k, v)| (k, v)))
-            .env("RANK", r.to_string())
-            .env("WORLD_SIZE", k.to_string())
-            .env("LOCAL_RANK", r.to_string())
-            .env("LOCAL_WORLD_SIZE", k.to_string())
-            .env("MASTER_ADDR", "127.0.0.1")
-            .env("MASTER_PORT", port.to_string())
+            .envs(crate::procs::torchrun_env(r, k, port))
             .env("RINGREDUCE_TEST_JOB", "join")
             .env("RINGREDUCE_TEST_DEVICE", "0")
             .stdout(Stdio::piped())
