@@ -175,7 +175,7 @@ fn empty_launches(
 
 /// The floor of a one-launch collective: the single-block copy with
 /// nothing to copy, then the local `f32` sum entry with no ranks on a grid
-/// of [`LOCAL_FLOOR_BLOCKS`], its 304-byte argument and its own function,
+/// of [`LOCAL_FLOOR_BLOCKS`], its 312-byte argument and its own function,
 /// so that what a local call costs beyond it is the library's own.
 fn launch_floors(
     stream: &Arc<CudaStream>,
@@ -202,6 +202,7 @@ fn launch_floors(
         aligned: 0,
         send: [0; BATCH_RANKS],
         recv: [0; BATCH_RANKS],
+        divisor: 0,
     };
     let mut local_params = [&mut args as *mut LocalArgs as *mut std::ffi::c_void];
     let grid = (LOCAL_FLOOR_BLOCKS, LOCAL_THREADS);

@@ -12,7 +12,7 @@
 //!
 //! Local calls have entries of their own (see `crate::catalogue`),
 //! with their own launch bounds ([`crate::abi::LOCAL_THREADS`]) and a
-//! 304-byte argument ([`LocalArgs`]): they share no code with the ring's
+//! 312-byte argument ([`LocalArgs`]): they share no code with the ring's
 //! large entry, so they neither take its register budget nor its
 //! instruction cache.
 //!
@@ -132,7 +132,8 @@ pub unsafe fn run<D: Device, T: Element, O: ReduceOp, const THREADS: u64, const 
         (run, lo, hi, first, (hi - 1) / seg - first + 1)
     };
     let grp = Groups::of(tid, THREADS, if seg < run { pieces } else { 1 });
-    let (aligned, kk) = (a.aligned != 0, k as u32);
+    // `Avg` divides by `divisor` (at least 1: a zero would trap).
+    let (aligned, kk) = (a.aligned != 0, a.divisor.max(1) as u32);
     let at = |base: u64, i: u64| (base + i * sz) as *mut T;
     let fold = schedule::local(c);
     let mut p = grp.first;

@@ -14,7 +14,7 @@ pub const LOCAL_THREADS: u32 = 256;
 pub const LOCAL_MIN_BLOCKS_PER_SM: u32 = 2;
 
 /// A local call, passed by value to its entry: every rank's buffers in
-/// user-rank order and the element space the grid cuts, 304 bytes instead
+/// user-rank order and the element space the grid cuts, 312 bytes instead
 /// of the collective entry's 2,576-byte [`Batch`].
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,9 +36,13 @@ pub struct LocalArgs {
     pub aligned: u64,
     pub send: [u64; BATCH_RANKS],
     pub recv: [u64; BATCH_RANKS],
+    /// What `Avg` divides by: the call's ranks, or the whole job's where
+    /// the call folds one step of a larger collective (the hierarchical
+    /// step between nodes, which folds one rank per node).
+    pub divisor: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<LocalArgs>() == 304);
+const _: () = assert!(core::mem::size_of::<LocalArgs>() == 312);
 
 impl LocalArgs {
     /// The local call of `works` (one per rank, user-rank order, as the
@@ -61,6 +65,7 @@ impl LocalArgs {
                 w.geometry.block_elems
             },
             aligned: w.aligned,
+            divisor: works.len() as u64,
             send: [0; BATCH_RANKS],
             recv: [0; BATCH_RANKS],
         };
@@ -96,6 +101,7 @@ mod tests {
         let a = LocalArgs::new(&works(Collective::ReduceScatter, 3, 10), 6).unwrap();
         assert_eq!((a.ranks, a.blocks, a.total, a.segment), (3, 6, 30, 10));
         assert_eq!((a.send[2], a.recv[2], a.send[3]), (1002, 2002, 0));
+        assert_eq!(a.divisor, 3, "Avg divides by the call's ranks");
         let a = LocalArgs::new(&works(Collective::AllGather, 3, 10), 6).unwrap();
         assert_eq!((a.total, a.segment), (30, 10));
         let a = LocalArgs::new(&works(Collective::AllReduce, 3, 10), 6).unwrap();

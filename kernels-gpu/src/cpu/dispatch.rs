@@ -141,13 +141,12 @@ mod tests {
     /// Runs every block of a local grid over `args`, lane by lane (the
     /// local kernel never waits, so one thread can run them in turn).
     fn run_grid(args: &LocalArgs) {
-        let f32_sum = collective_index(
-            Kind::Local,
-            Collective::ReduceScatter,
-            DataType::F32,
-            Op::Sum,
-        )
-        .expect("an entry");
+        run_grid_of(args, Collective::ReduceScatter, Op::Sum)
+    }
+
+    /// [`run_grid`] with the f32 local entry of `c` and `op`.
+    fn run_grid_of(args: &LocalArgs, c: Collective, op: Op) {
+        let f32_sum = collective_index(Kind::Local, c, DataType::F32, op).expect("an entry");
         let (sync, trap) = (BlockSync::new(CPU_THREADS as usize), Trap::default());
         for block in 0..args.blocks {
             for tid in 0..CPU_THREADS {
@@ -185,6 +184,7 @@ mod tests {
             aligned: 0,
             send: [0; BATCH_RANKS],
             recv: [0; BATCH_RANKS],
+            divisor: k as u64,
         };
         for u in 0..k {
             args.send[u] = send[u].as_ptr() as u64;
@@ -205,5 +205,38 @@ mod tests {
             ..args
         });
         assert!(recv.iter().flatten().all(|&v| v == -1.0), "{recv:?}");
+    }
+
+    /// An all-reduce of three sources into one destination (every rank's
+    /// output the same address) with `Avg` dividing by a divisor of its
+    /// own: the hierarchical step between nodes folds one rank per node
+    /// and divides once by the job's size.
+    #[test]
+    fn avg_divides_by_the_divisor_not_the_ranks() {
+        let (k, n) = (3usize, 37usize);
+        let send: Vec<Vec<f32>> = (0..k)
+            .map(|u| (0..n).map(|i| (7 * u + i) as f32 * 0.1).collect())
+            .collect();
+        let mut out = vec![-1.0f32; n];
+        let mut args = LocalArgs {
+            collective: Collective::AllReduce as u64,
+            ranks: k as u64,
+            blocks: 2,
+            total: n as u64,
+            segment: n as u64,
+            aligned: 0,
+            send: [0; BATCH_RANKS],
+            recv: [0; BATCH_RANKS],
+            divisor: 8,
+        };
+        for u in 0..k {
+            args.send[u] = send[u].as_ptr() as u64;
+            args.recv[u] = out.as_mut_ptr() as u64;
+        }
+        run_grid_of(&args, Collective::AllReduce, Op::Avg);
+        for (i, &v) in out.iter().enumerate() {
+            let sum = (0..k).fold(0.0f32, |a, u| a + send[u][i]);
+            assert_eq!(v.to_bits(), (sum / 8.0).to_bits(), "element {i}");
+        }
     }
 }
