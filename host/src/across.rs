@@ -19,6 +19,19 @@ pub(crate) trait Across: Send + Sync {
     /// `all[m * mine.len()..]`: an all-gather, whose folding the caller
     /// does in node order, so the order is fixed whatever moves the bytes.
     fn all_gather(&self, mine: &[u8], all: &mut [u8]) -> Result<()>;
+    /// Whether [`all_gather_at`](Self::all_gather_at) takes device
+    /// addresses (NCCL's) rather than host ones (the stand-in's): the
+    /// hierarchical schedule runs the step in the ranks' own buffers
+    /// where their memory is this one.
+    fn on_device(&self) -> bool;
+    /// [`all_gather`](Self::all_gather) between addresses of the memory
+    /// [`on_device`](Self::on_device) names: `bytes` at `mine`, every
+    /// member's to `all + m * bytes`.
+    ///
+    /// # Safety
+    /// Both ranges must be valid in that memory, must not overlap, and
+    /// nothing else may use them until the call returns.
+    unsafe fn all_gather_at(&self, mine: u64, bytes: usize, all: u64) -> Result<()>;
     /// Ends every call in flight on every member (a lost peer, an abort).
     fn abort(&self);
 }
@@ -174,6 +187,24 @@ impl Across for TcpAcross {
             }
             first
         })
+    }
+
+    fn on_device(&self) -> bool {
+        false
+    }
+
+    unsafe fn all_gather_at(&self, mine: u64, bytes: usize, all: u64) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: host ranges, valid and unshared as the caller promises.
+        let (mine, all) = unsafe {
+            (
+                std::slice::from_raw_parts(mine as *const u8, bytes),
+                std::slice::from_raw_parts_mut(all as *mut u8, bytes * self.members()),
+            )
+        };
+        self.all_gather(mine, all)
     }
 
     fn abort(&self) {

@@ -27,6 +27,22 @@ fn finish(ranks: Vec<Rank>) -> Vec<(i32, Vec<String>)> {
     ranks.into_iter().map(Rank::finish).collect()
 }
 
+/// More nodes than one local launch folds (`BATCH_RANKS`, 16): the step
+/// between nodes chains its folds, each taking the running result first,
+/// and must still match the reference's fold in node order.
+#[test]
+fn a_step_over_more_nodes_than_one_fold_takes_keeps_node_order() {
+    let names: Vec<String> = (0..17).map(|h| format!("h{h}")).collect();
+    let hosts: Vec<&str> = names.iter().map(String::as_str).collect();
+    let extra = [("RINGREDUCE_TEST_JOB", "hier".to_string())];
+    for (r, (code, lines)) in finish(hier_job(&hosts, &extra)).into_iter().enumerate() {
+        assert!(
+            code == 0 && lines.iter().any(|l| l == "ok 60 0"),
+            "17 hosts x 1, rank {r}: exit {code}, {lines:?}"
+        );
+    }
+}
+
 #[test]
 fn hierarchical_all_reduces_match_the_reference() {
     let shapes: [(&str, &[&str]); 5] = [

@@ -6,7 +6,7 @@ use super::setup::{self, Inner};
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
-use crate::front::{Alarm, Comm, Engine};
+use crate::front::{fold_entry, Alarm, Comm, Engine};
 use crate::job::{Offer, Table};
 use crate::memo::PlanMemo;
 use crate::planner::{BufferSpan, Plan};
@@ -411,6 +411,25 @@ impl Engine for CpuBackend {
         self.inner.abort.store(1, Ordering::SeqCst);
     }
 
+    fn addr_at<T: RsElement>(&self, _rank: usize, buf: &HostBuffer<T>, at: usize) -> u64 {
+        buf.as_view().addr() + (at * std::mem::size_of::<T>()) as u64
+    }
+    /// On the rank's worker, a block per source, as a local call of one
+    /// channel runs.
+    unsafe fn fold(&self, rank: usize, dtype: DataType, op: Op, mut args: LocalArgs) -> Result<()> {
+        let entry = fold_entry(dtype, op)?;
+        args.blocks = args.ranks;
+        let inner = self.inner.clone();
+        self.submit(
+            rank,
+            Box::new(move || {
+                run_grid(&inner, args.blocks, &|lane| {
+                    // SAFETY: the caller's promise.
+                    unsafe { run_local(entry, lane, &args, lane.block) }
+                })
+            }),
+        )
+    }
     fn upload<T: RsElement>(&self, _rank: usize, data: &[T]) -> Result<HostBuffer<T>> {
         Ok(HostBuffer::from_slice(data))
     }

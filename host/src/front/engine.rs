@@ -11,6 +11,7 @@ use crate::memo::PlanMemo;
 use crate::planner::Plan;
 use crate::region::Region;
 use crate::state::CommState;
+use ringreduce_kernels::abi::LocalArgs;
 use ringreduce_kernels::{Collective, DataType, Op, StatusRecord};
 use std::ops::Range;
 use std::sync::Mutex;
@@ -140,6 +141,22 @@ pub trait Engine: Sized {
         at: usize,
         data: &[T],
     ) -> Result<()>;
+    /// The address of element `at` of local rank `rank`'s `buf`, in the
+    /// memory its kernels read: the device's on a GPU, the host's on the
+    /// CPU execution.
+    fn addr_at<T: RsElement>(&self, rank: usize, buf: &Self::Buf<T>, at: usize) -> u64;
+    /// Queues on local rank `rank`'s own queue, in order with its
+    /// collectives, the local engine's all-reduce of `args`' sources (its
+    /// `ranks` inputs folded in the order given, `Avg` dividing by its
+    /// `divisor`) with the entry of `dtype` and `op`; the backend sets the
+    /// grid (`args.blocks`). The hierarchical step between nodes folds its
+    /// one rank per node with it, so that node order is the local
+    /// engine's rank order.
+    ///
+    /// # Safety
+    /// Every address in `args` must be valid on that rank for `args.total`
+    /// elements of `dtype` until the queue has run the fold.
+    unsafe fn fold(&self, rank: usize, dtype: DataType, op: Op, args: LocalArgs) -> Result<()>;
     /// Collective `c` over regions (checked against their buffers), on the
     /// communicator's own queues.
     fn regions<T: RsElement>(
@@ -148,4 +165,16 @@ pub trait Engine: Sized {
         regions: &mut [Region<'_, Self::Buf<T>>],
         op: Op,
     ) -> Result<()>;
+}
+
+/// The collective entry [`Engine::fold`] runs for `dtype` and `op`: the
+/// local all-reduce's.
+pub(crate) fn fold_entry(dtype: DataType, op: Op) -> Result<usize> {
+    ringreduce_kernels::catalogue::collective_index(
+        ringreduce_kernels::catalogue::Kind::Local,
+        Collective::AllReduce,
+        dtype,
+        op,
+    )
+    .ok_or_else(|| Error::Broken(format!("internal: no local entry for {dtype:?} {op:?}")))
 }

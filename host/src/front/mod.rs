@@ -10,7 +10,7 @@ mod hier;
 mod job;
 
 pub use engine::Comm;
-pub(crate) use engine::{Alarm, Engine};
+pub(crate) use engine::{fold_entry, Alarm, Engine};
 pub(crate) use hier::Joined;
 pub(crate) use job::{launched, meet, peer_error};
 

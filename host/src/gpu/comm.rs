@@ -7,11 +7,12 @@ use super::checks::{check_devices, check_streams, check_views};
 use super::inner::Inner;
 use super::job;
 use super::launch::enqueue;
-use super::setup::{create, max_channels_for};
+use super::setup::{create, max_channels_for, resident_by_bounds};
+use crate::channels::local_channels;
 use crate::config::CommConfig;
 use crate::element::RsElement;
 use crate::error::{Error, Result};
-use crate::front::{Alarm, Comm, Engine};
+use crate::front::{fold_entry, Alarm, Comm, Engine};
 use crate::job::{Offer, Table};
 use crate::memo::PlanMemo;
 use crate::planner::BufferSpan;
@@ -20,8 +21,8 @@ use crate::region::{check_regions, Region};
 use crate::state::CommState;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use cudarc::driver::{DevicePtr, DevicePtrMut};
-use ringreduce_kernels::abi::GPU_THREADS;
-use ringreduce_kernels::catalogue::{self, Kind};
+use ringreduce_kernels::abi::{LocalArgs, GPU_THREADS};
+use ringreduce_kernels::catalogue::{self, Args, Kind};
 use ringreduce_kernels::types::Collective;
 use ringreduce_kernels::{DataType, Op, StatusRecord};
 use std::ops::Range;
@@ -512,6 +513,25 @@ impl Engine for GpuBackend {
         self.inner.host.word(0).store(1, Ordering::SeqCst);
     }
 
+    fn addr_at<T: RsElement>(&self, rank: usize, buf: &CudaSlice<T>, at: usize) -> u64 {
+        let (p, _sync) = buf.device_ptr(&self.streams[rank]);
+        p + (at * std::mem::size_of::<T>()) as u64
+    }
+    /// On the rank's own stream, as many blocks as its traffic asks of a
+    /// local call, up to the device's resident grid.
+    unsafe fn fold(&self, rank: usize, dtype: DataType, op: Op, mut args: LocalArgs) -> Result<()> {
+        let r = &self.inner.ranks[rank];
+        r.ctx.bind_to_thread()?;
+        let entry = fold_entry(dtype, op)?;
+        let f = self.inner.kernels[rank].collective(entry)?;
+        let grid = resident_by_bounds(&r.ctx, Args::Local)? as u64;
+        let (c, k) = (Collective::AllReduce, args.ranks);
+        args.blocks = k * local_channels(c, k, args.total, dtype.size(), None, grid);
+        let threads = catalogue::COLLECTIVE_ENTRIES[entry].threads;
+        let on = self.streams[rank].cu_stream();
+        // SAFETY: the caller's promise; the argument is copied at launch.
+        unsafe { super::driver::launch(f, args.blocks as u32, threads, on, &mut args) }
+    }
     fn upload<T: RsElement>(&self, rank: usize, data: &[T]) -> Result<CudaSlice<T>> {
         Ok(self.streams[rank].clone_htod(data)?)
     }

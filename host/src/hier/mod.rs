@@ -16,9 +16,12 @@ use crate::front::{Backend, Comm, Joined};
 use crate::grad::{SparseSent, Sparsity, Wire};
 use crate::nodes::Nodes;
 use crate::region::Region;
+use ringreduce_kernels::abi::{LocalArgs, BATCH_RANKS};
+use ringreduce_kernels::plan::PACK_BYTES;
+use ringreduce_kernels::Collective;
 use ringreduce_kernels::Op;
 use std::ops::Range;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 pub(crate) use wire::Step;
 
 /// How long a failed step between nodes waits for the watch to name the
@@ -37,7 +40,15 @@ pub struct HierComm<B: Backend> {
     watch: Option<Watch>,
     /// What the watch heard first: a failed step between nodes reports it.
     cause: Arc<OnceLock<Error>>,
+    /// The step between nodes' staging in this rank's memory, grown on
+    /// demand and kept: every node's owned elements (and, with a tail,
+    /// the rank's own, gathered into one range to send).
+    staging: Mutex<Option<B::Buf<u8>>>,
 }
+
+/// Where each part of the step's staging starts: a multiple of the wide
+/// packs, so that the folds over it may take the wide path.
+const STAGING_ALIGN: usize = 256;
 
 impl<B: Backend> HierComm<B> {
     /// Rank `rank` of a job of `world` processes sharing `id`, whose
@@ -67,6 +78,7 @@ impl<B: Backend> HierComm<B> {
             rank,
             watch: Some(j.watch),
             cause: j.cause,
+            staging: Mutex::new(None),
         })
     }
 
@@ -199,11 +211,162 @@ impl<B: Backend> HierComm<B> {
             }];
             self.intra.all_reduce(&mut r, inner)?;
         }
+        let shard = o + l * c..o + (l + 1) * c;
+        let sent = match step {
+            Step::Full(op) if self.in_place() => {
+                self.cross_in_place(buf, shard, main..at.end, op)?;
+                wire::UNCOMPRESSED
+            }
+            _ => self.cross_through_host(buf, shard, main..at.end, step, residual)?,
+        };
+        if c > 0 {
+            let mut r = [Region::InPlace {
+                buf: &mut *buf,
+                at: o..main,
+            }];
+            self.intra.all_gather(&mut r)?;
+        }
+        self.intra.synchronize()?;
+        Ok(sent)
+    }
+
+    /// Whether the step between nodes reads the memory the ranks' buffers
+    /// are in (NCCL and GPU ranks; the stand-in and the CPU execution), so
+    /// that it runs in place; otherwise the owned elements go through the
+    /// host (the stand-in between GPU ranks, a build without NCCL).
+    fn in_place(&self) -> bool {
+        B::ON_DEVICE == self.across.on_device()
+    }
+
+    /// The step between nodes in the rank's own memory: its owned
+    /// elements (`shard`, then `tail`, of `buf`) gathered from every node
+    /// into staging, then folded in node order back into place by the
+    /// local engine, every node a rank of it (`Avg` sums and divides once,
+    /// by the job's size). Nothing crosses to the host.
+    fn cross_in_place<T: RsElement>(
+        &self,
+        buf: &B::Buf<T>,
+        shard: Range<usize>,
+        tail: Range<usize>,
+        op: Op,
+    ) -> Result<()> {
+        // The backend counts its own ranks: the node communicator of a
+        // job's process holds this rank alone.
+        let (me, here) = (self.intra.local_ranks().start, 0);
+        let b = &self.intra.b;
+        let sz = std::mem::size_of::<T>();
+        let (c, t, m) = (shard.len(), tail.len(), self.nodes.count());
+        let bytes = (c + t) * sz;
+        if bytes == 0 {
+            return Ok(());
+        }
+        let out = b.addr_at(here, buf, shard.start);
+        let out_tail = b.addr_at(here, buf, tail.start);
+        // Send straight from the shard; with a tail, the two together from
+        // staging, since NCCL sends one range.
+        let send_room = if t == 0 {
+            0
+        } else {
+            bytes.next_multiple_of(STAGING_ALIGN)
+        };
+        let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        let need = send_room + m * bytes;
+        let have = staging.as_ref().map_or(0, <Comm<B> as Collectives>::len_of);
+        if have < need {
+            *staging = Some(self.intra.upload(me, &vec![0u8; need])?);
+        }
+        let base = b.addr_at(here, staging.as_ref().expect("just made"), 0);
+        let all = base + send_room as u64;
+        let send = if t == 0 {
+            out
+        } else {
+            self.fold_chain::<T>(base, &[out], c, Op::Sum)?;
+            self.fold_chain::<T>(base + (c * sz) as u64, &[out_tail], t, Op::Sum)?;
+            base
+        };
+        self.intra.synchronize()?;
+        // SAFETY: `send` holds `bytes` of the rank's owned elements, `all`
+        // room for every node's; the staging lock and `buf`'s borrow keep
+        // them ours, and nothing else is queued on them.
+        let moved = unsafe { self.across.all_gather_at(send, bytes, all) };
+        moved.map_err(|e| self.cause_of(e))?;
+        let node = |at: usize| {
+            (0..m)
+                .map(|u| all + (u * bytes + at) as u64)
+                .collect::<Vec<_>>()
+        };
+        self.fold_chain::<T>(out, &node(0), c, op)?;
+        self.fold_chain::<T>(out_tail, &node(c * sz), t, op)
+    }
+
+    /// Queues `op` over `sources` (each `n` elements of `T` in this rank's
+    /// memory) folded in the order given into `dst`, `Avg` dividing by the
+    /// job's size: one local fold per [`BATCH_RANKS`] sources, each after
+    /// the first taking the running result as its first source, so the
+    /// fold stays a left fold in source order whatever their number.
+    fn fold_chain<T: RsElement>(&self, dst: u64, sources: &[u64], n: usize, op: Op) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let world = self.nodes.world() as u64;
+        let mut rest = sources;
+        let mut first = true;
+        while !rest.is_empty() {
+            let take = rest.len().min(BATCH_RANKS - usize::from(!first));
+            let (now, later) = rest.split_at(take);
+            let inputs: Vec<u64> = (!first)
+                .then_some(dst)
+                .into_iter()
+                .chain(now.iter().copied())
+                .collect();
+            let step_op = if op == Op::Avg && !later.is_empty() {
+                Op::Sum
+            } else {
+                op
+            };
+            let size = std::mem::size_of::<T>() as u64;
+            let aligned = inputs.iter().chain([&dst]).all(|&a| a % PACK_BYTES == 0);
+            let mut args = LocalArgs {
+                collective: Collective::AllReduce as u64,
+                ranks: inputs.len() as u64,
+                blocks: 0,
+                total: n as u64,
+                segment: n as u64,
+                aligned: u64::from(aligned && size <= PACK_BYTES),
+                send: [0; BATCH_RANKS],
+                recv: [0; BATCH_RANKS],
+                divisor: world,
+            };
+            args.send[..inputs.len()].copy_from_slice(&inputs);
+            args.recv[..inputs.len()].fill(dst);
+            // SAFETY: every source and `dst` hold `n` elements of `T` in
+            // this rank's memory (the caller's buffer or the staging it
+            // holds), until the synchronize that ends the step. The node
+            // communicator holds this rank alone, as its rank 0.
+            unsafe { self.intra.b.fold(0, T::DTYPE, step_op, args)? };
+            rest = later;
+            first = false;
+        }
+        Ok(())
+    }
+
+    /// The step between nodes through the host: the rank's owned elements
+    /// (`shard`, then `tail`, of `buf`) read, crossed as `step` says, and
+    /// written back; what it sent.
+    fn cross_through_host<T: RsElement>(
+        &self,
+        buf: &mut B::Buf<T>,
+        shard: Range<usize>,
+        tail: Range<usize>,
+        step: Step,
+        residual: Option<&mut B::Buf<f32>>,
+    ) -> Result<SparseSent> {
+        let me = self.intra.local_ranks().start;
+        let (c, t) = (shard.len(), tail.len());
         self.intra.synchronize()?;
         // What this rank owns: its shard, then the tail.
-        let shard = o + l * c..o + (l + 1) * c;
         let mut owned = self.intra.read(me, buf, shard.clone())?;
-        owned.extend(self.intra.read(me, buf, main..at.end)?);
+        owned.extend(self.intra.read(me, buf, tail.clone())?);
         // The residual of what it owns, for a sparse step (the tail's is
         // in the tail now).
         let mut kept = match residual.as_deref() {
@@ -216,17 +379,9 @@ impl<B: Backend> HierComm<B> {
         };
         let (folded, sent) = self.cross(&owned, c, step, kept.as_deref_mut())?;
         self.intra.write(me, buf, shard.start, &folded[..c])?;
-        self.intra.write(me, buf, main, &folded[c..])?;
+        self.intra.write(me, buf, tail.start, &folded[c..])?;
         if let (Some(r), Some(k)) = (residual, kept) {
             self.intra.write(me, r, shard.start, &k[..c])?;
-        }
-        if c > 0 {
-            let mut r = [Region::InPlace {
-                buf: &mut *buf,
-                at: o..main,
-            }];
-            self.intra.all_gather(&mut r)?;
-            self.intra.synchronize()?;
         }
         Ok(sent)
     }

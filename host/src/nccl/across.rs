@@ -44,6 +44,8 @@ impl Across for NcclAcross {
         self.members
     }
 
+    /// Through device staging: the bytes go up, NCCL gathers them, and
+    /// every member's come back.
     fn all_gather(&self, mine: &[u8], all: &mut [u8]) -> Result<()> {
         let bytes = mine.len();
         if bytes == 0 {
@@ -57,31 +59,44 @@ impl Across for NcclAcross {
             *staging = Some(s.alloc_zeros::<u8>(need)?);
         }
         let buf = staging.as_mut().expect("just made");
-        // In order on the link's stream: the copy in, then the gather.
         s.memcpy_htod(mine, &mut buf.slice_mut(0..bytes))?;
-        {
-            let (base, _in_use) = buf.device_ptr(s);
-            let n = self.link.n;
-            self.link.enqueue("ncclAllGather", |c, st| {
-                // SAFETY: `base` holds `bytes` to send, then `members *
-                // bytes` to receive; the buffer outlives the wait below.
-                unsafe {
-                    (n.all_gather)(
-                        base as *const _,
-                        (base + bytes as u64) as *mut _,
-                        bytes,
-                        ncclDataType_t::ncclUint8,
-                        c,
-                        st as _,
-                    )
-                }
-            })?;
-        }
-        // Polled, so a silent peer or an abort cannot hold this call
-        // inside a blocking copy.
-        self.link.wait()?;
+        // The copy in must land before NCCL, on this stream, reads it.
+        s.synchronize()?;
+        let (base, _in_use) = buf.device_ptr(s);
+        // SAFETY: `base` holds `bytes` to send, then `members * bytes` to
+        // receive, and the staging lock keeps it ours.
+        unsafe { self.all_gather_at(base, bytes, base + bytes as u64)? };
         s.memcpy_dtoh(&buf.slice(bytes..bytes + all.len()), all)?;
         Ok(s.synchronize()?)
+    }
+
+    fn on_device(&self) -> bool {
+        true
+    }
+
+    /// An `ncclAllGather` of bytes on the link's stream, polled to its end
+    /// so that a silent peer or an abort cannot hold the call.
+    unsafe fn all_gather_at(&self, mine: u64, bytes: usize, all: u64) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.link.ctx.bind_to_thread()?;
+        let n = self.link.n;
+        self.link.enqueue("ncclAllGather", |c, st| {
+            // SAFETY: the caller's promise: `bytes` at `mine`, `members *
+            // bytes` at `all`, device memory, until the wait below ends.
+            unsafe {
+                (n.all_gather)(
+                    mine as *const _,
+                    all as *mut _,
+                    bytes,
+                    ncclDataType_t::ncclUint8,
+                    c,
+                    st as _,
+                )
+            }
+        })?;
+        self.link.wait()
     }
 
     fn abort(&self) {
