@@ -15,6 +15,7 @@ use crate::state::CommState;
 use ringreduce_kernels::abi::{LocalArgs, Work, CPU_THREADS, MAX_CHANNELS};
 use ringreduce_kernels::catalogue;
 use ringreduce_kernels::cpu::{run_local, run_rank, BlockSync, Lane, Trapped};
+use ringreduce_kernels::grad::abi::Task;
 use ringreduce_kernels::types::{Algorithm, Collective};
 use ringreduce_kernels::{DataType, Op, StatusRecord};
 use std::ops::Range;
@@ -165,11 +166,6 @@ impl CpuCommunicator {
         self.run(c, &spans, T::DTYPE, op, holds)
     }
 
-    /// Queues `job` on rank `rank`'s worker thread.
-    pub(super) fn submit(&self, rank: usize, job: Job) -> Result<()> {
-        self.b.submit(rank, job)
-    }
-
     /// Test hook: `rank`'s first lane panics at the start of every
     /// collective, as an internal bug would.
     #[doc(hidden)]
@@ -217,7 +213,7 @@ impl CpuBackend {
         })
     }
 
-    fn submit(&self, rank: usize, job: Job) -> Result<()> {
+    pub(super) fn submit(&self, rank: usize, job: Job) -> Result<()> {
         let tx = self.workers[rank].0.as_ref();
         tx.ok_or_else(|| Error::Broken(format!("rank {rank}'s worker thread has exited")))?
             .send(job)
@@ -429,6 +425,10 @@ impl Engine for CpuBackend {
                 })
             }),
         )
+    }
+    unsafe fn task(&self, rank: usize, task: Task) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.run_task_job(rank, task, Vec::new()) }
     }
     fn upload<T: RsElement>(&self, _rank: usize, data: &[T]) -> Result<HostBuffer<T>> {
         Ok(HostBuffer::from_slice(data))

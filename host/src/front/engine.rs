@@ -12,6 +12,7 @@ use crate::planner::Plan;
 use crate::region::Region;
 use crate::state::CommState;
 use ringreduce_kernels::abi::LocalArgs;
+use ringreduce_kernels::grad::abi::Task;
 use ringreduce_kernels::{Collective, DataType, Op, StatusRecord};
 use std::ops::Range;
 use std::sync::Mutex;
@@ -157,6 +158,14 @@ pub trait Engine: Sized {
     /// Every address in `args` must be valid on that rank for `args.total`
     /// elements of `dtype` until the queue has run the fold.
     unsafe fn fold(&self, rank: usize, dtype: DataType, op: Op, args: LocalArgs) -> Result<()>;
+    /// Queues the gradient layer's `task` on local rank `rank`'s own
+    /// queue, in order with its collectives: the hierarchical step's half
+    /// precision runs on it.
+    ///
+    /// # Safety
+    /// Every address in `task` must be valid on that rank for what the
+    /// task does, until the queue has run it.
+    unsafe fn task(&self, rank: usize, task: Task) -> Result<()>;
     /// Collective `c` over regions (checked against their buffers), on the
     /// communicator's own queues.
     fn regions<T: RsElement>(

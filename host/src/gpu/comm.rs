@@ -23,6 +23,7 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use cudarc::driver::{DevicePtr, DevicePtrMut};
 use ringreduce_kernels::abi::{LocalArgs, GPU_THREADS};
 use ringreduce_kernels::catalogue::{self, Args, Kind};
+use ringreduce_kernels::grad::abi::Task;
 use ringreduce_kernels::types::Collective;
 use ringreduce_kernels::{DataType, Op, StatusRecord};
 use std::ops::Range;
@@ -531,6 +532,10 @@ impl Engine for GpuBackend {
         let on = self.streams[rank].cu_stream();
         // SAFETY: the caller's promise; the argument is copied at launch.
         unsafe { super::driver::launch(f, args.blocks as u32, threads, on, &mut args) }
+    }
+    unsafe fn task(&self, rank: usize, task: Task) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { super::launch_task(&self.inner, rank, &self.streams[rank], task) }
     }
     fn upload<T: RsElement>(&self, rank: usize, data: &[T]) -> Result<CudaSlice<T>> {
         Ok(self.streams[rank].clone_htod(data)?)

@@ -15,6 +15,7 @@ use crate::planner::Plan;
 use cudarc::driver::{sys, CudaStream};
 use ringreduce_kernels::abi::{Batch, LocalArgs, Work};
 use ringreduce_kernels::catalogue::{self, Args, COLLECTIVE_ENTRIES};
+use ringreduce_kernels::grad::abi::{Task, TaskKind, TASK_THREADS};
 use ringreduce_kernels::{DataType, Op};
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -187,4 +188,52 @@ fn hand_over(last: &mut Option<Arc<CudaStream>>, next: &Arc<CudaStream>) -> Resu
     }
     *last = Some(next.clone());
     Ok(())
+}
+
+/// Blocks of a task's GPU launch: one for the one-block kinds, one per
+/// descriptor (up to 1024) for the copy, four 16-byte words a thread for
+/// the single range, a block per 256 tiles for the
+/// compaction, and otherwise enough for 4 elements a thread, up to 1056
+/// blocks (8 per SM of an H200). No result depends on it.
+pub fn task_blocks(task: &Task) -> u32 {
+    let threads = TASK_THREADS as u64;
+    let blocks = match TaskKind::from_u64(task.kind) {
+        None => 1,
+        Some(k) if k.one_block() => 1,
+        Some(TaskKind::Copy) => task.n.min(1024),
+        Some(TaskKind::CopyRange) => task.n.div_ceil(64 * threads).min(1056),
+        Some(TaskKind::CountTiles) => task.tiles.div_ceil(threads),
+        Some(TaskKind::WriteSelected) => task
+            .tiles
+            .div_ceil(threads)
+            .max(task.arg.min(1 << 30).div_ceil(4 * threads).min(1056)),
+        Some(_) => task.n.div_ceil(4 * threads).min(1056),
+    };
+    blocks.max(1) as u32
+}
+
+/// Launches the gradient layer's `task` for local rank `rank` on `stream`.
+///
+/// # Safety
+/// Every address in `task` must be valid on that rank's device for what
+/// the task does, until it has run.
+pub(crate) unsafe fn launch_task(
+    inner: &Inner,
+    rank: usize,
+    stream: &CudaStream,
+    mut task: Task,
+) -> Result<()> {
+    inner.ranks[rank].ctx.bind_to_thread()?;
+    let f = inner.kernels[rank].other(&catalogue::TASK)?;
+    let blocks = task_blocks(&task);
+    // SAFETY: the caller's promise; the argument is copied at launch.
+    unsafe {
+        driver::launch(
+            f,
+            blocks,
+            catalogue::TASK.threads,
+            stream.cu_stream(),
+            &mut task,
+        )
+    }
 }

@@ -16,5 +16,7 @@ pub use buffers::{Buffers, RawBuffers};
 pub use comm::{Communicator, GpuBackend};
 pub use driver::capture;
 pub use driver::{device_count, driver_available, open_device};
+pub(crate) use launch::launch_task;
+pub use launch::task_blocks;
 #[doc(hidden)]
 pub use setup::resident_blocks_of;

@@ -11,8 +11,7 @@ use crate::gpu::Communicator;
 use crate::grad::{Precision, SparseSent, Sparsity};
 use crate::region::Region;
 use cudarc::driver::{sys, CudaEvent, CudaSlice, CudaStream, DevicePtr};
-use ringreduce_kernels::catalogue;
-use ringreduce_kernels::grad::abi::{Task, TaskKind, TASK_THREADS};
+use ringreduce_kernels::grad::abi::Task;
 use ringreduce_kernels::{Collective, Op};
 use std::sync::Arc;
 
@@ -120,28 +119,6 @@ pub enum Wire {
     },
 }
 
-/// Blocks of a task's GPU launch: one for the one-block kinds, one per
-/// descriptor (up to 1024) for the copy, four 16-byte words a thread for
-/// the single range, a block per 256 tiles for the
-/// compaction, and otherwise enough for 4 elements a thread, up to 1056
-/// blocks (8 per SM of an H200). No result depends on it.
-pub fn task_blocks(task: &Task) -> u32 {
-    let threads = TASK_THREADS as u64;
-    let blocks = match TaskKind::from_u64(task.kind) {
-        None => 1,
-        Some(k) if k.one_block() => 1,
-        Some(TaskKind::Copy) => task.n.min(1024),
-        Some(TaskKind::CopyRange) => task.n.div_ceil(64 * threads).min(1056),
-        Some(TaskKind::CountTiles) => task.tiles.div_ceil(threads),
-        Some(TaskKind::WriteSelected) => task
-            .tiles
-            .div_ceil(threads)
-            .max(task.arg.min(1 << 30).div_ceil(4 * threads).min(1056)),
-        Some(_) => task.n.div_ceil(4 * threads).min(1056),
-    };
-    blocks.max(1) as u32
-}
-
 impl GradBackend for Communicator {
     type Queue = Arc<CudaStream>;
     type Hold = ();
@@ -218,20 +195,11 @@ impl GradBackend for Communicator {
         &self,
         rank: usize,
         queue: &Arc<CudaStream>,
-        mut task: Task,
+        task: Task,
         _holds: Vec<()>,
     ) -> Result<()> {
-        let inner = self.inner();
-        inner.ranks[rank].ctx.bind_to_thread()?;
-        let f = inner.kernels[rank].other(&catalogue::TASK)?;
-        crate::gpu::driver::launch(
-            f,
-            task_blocks(&task),
-            catalogue::TASK.threads,
-            queue.cu_stream(),
-            &mut task,
-        )?;
-        Ok(())
+        // SAFETY: the caller's promise, passed on.
+        unsafe { crate::gpu::launch_task(self.inner(), rank, queue, task) }
     }
     fn collective_on<T: RsElement>(
         &self,
@@ -290,7 +258,9 @@ impl GradBackend for CpuCommunicator {
         task: Task,
         holds: Vec<crate::cpu::Hold>,
     ) -> Result<()> {
-        self.run_task_job(rank, task, holds)
+        self.check_broken()?;
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.b.run_task_job(rank, task, holds) }
     }
     fn collective_on<T: RsElement>(
         &self,

@@ -8,7 +8,7 @@ use super::{across, slot, GradSync, Precision, Slots};
 use crate::element::RsElement;
 use crate::error::{Error, Result};
 use crate::region::Region;
-use ringreduce_kernels::grad::abi::{half_arg, HalfFormat, Task, TaskKind};
+use ringreduce_kernels::grad::abi::{half_arg, Task, TaskKind};
 use ringreduce_kernels::{Collective, DataType, Op};
 
 /// How a bucket or tensor is reduced.
@@ -350,10 +350,7 @@ fn half_via<C: GradBackend, H: RsElement>(
     if n == 0 {
         return Ok(());
     }
-    let format = match p {
-        Precision::F16 => HalfFormat::F16,
-        Precision::Bf16 => HalfFormat::Bf16,
-    };
+    let format = p.format();
     let divisor = if prescale { comm.k() as f32 } else { 1.0 };
     let mut hh = Vec::new();
     for (u, qu) in q.iter().enumerate() {

@@ -68,7 +68,8 @@ mod fused;
 mod sparse;
 mod view;
 
-pub use backend::{task_blocks, GradBackend, Wire};
+pub use crate::gpu::task_blocks;
+pub use backend::{GradBackend, Wire};
 pub use fused::Session;
 pub use sparse::SparseSent;
 pub use view::{BucketSession, BucketedGrads, Place};
@@ -115,6 +116,17 @@ pub enum Precision {
     F16,
     /// bfloat16: `f32`'s range, 8 bits of precision.
     Bf16,
+}
+
+impl Precision {
+    /// The kernels' name for it.
+    pub(crate) fn format(self) -> ringreduce_kernels::grad::abi::HalfFormat {
+        use ringreduce_kernels::grad::abi::HalfFormat;
+        match self {
+            Precision::F16 => HalfFormat::F16,
+            Precision::Bf16 => HalfFormat::Bf16,
+        }
+    }
 }
 
 /// Which elements the sparse all-reduce sends.

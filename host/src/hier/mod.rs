@@ -13,15 +13,16 @@ use crate::config::CommConfig;
 use crate::element::{DataType, RsElement};
 use crate::error::{Error, Result};
 use crate::front::{Backend, Comm, Joined};
-use crate::grad::{SparseSent, Sparsity, Wire};
+use crate::grad::{Precision, SparseSent, Sparsity, Wire};
 use crate::nodes::Nodes;
 use crate::region::Region;
 use ringreduce_kernels::abi::{LocalArgs, BATCH_RANKS};
+use ringreduce_kernels::grad::abi::{half_arg, Task, TaskKind};
 use ringreduce_kernels::plan::PACK_BYTES;
 use ringreduce_kernels::Collective;
 use ringreduce_kernels::Op;
 use std::ops::Range;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 pub(crate) use wire::Step;
 
 /// How long a failed step between nodes waits for the watch to name the
@@ -49,6 +50,15 @@ pub struct HierComm<B: Backend> {
 /// Where each part of the step's staging starts: a multiple of the wide
 /// packs, so that the folds over it may take the wide path.
 const STAGING_ALIGN: usize = 256;
+
+/// `bytes` rounded up to where the next part of the staging may start.
+fn room(bytes: usize) -> usize {
+    bytes.next_multiple_of(STAGING_ALIGN)
+}
+
+/// This rank among the node communicator's own ranks: a job's process
+/// holds its rank alone.
+const HERE: usize = 0;
 
 impl<B: Backend> HierComm<B> {
     /// Rank `rank` of a job of `world` processes sharing `id`, whose
@@ -217,6 +227,13 @@ impl<B: Backend> HierComm<B> {
                 self.cross_in_place(buf, shard, main..at.end, op)?;
                 wire::UNCOMPRESSED
             }
+            Step::Wire(Wire::Half {
+                precision,
+                prescale,
+            }) if self.in_place() => {
+                self.cross_half_in_place(buf, shard, main..at.end, precision, prescale)?;
+                wire::UNCOMPRESSED
+            }
             _ => self.cross_through_host(buf, shard, main..at.end, step, residual)?,
         };
         if c > 0 {
@@ -250,9 +267,6 @@ impl<B: Backend> HierComm<B> {
         tail: Range<usize>,
         op: Op,
     ) -> Result<()> {
-        // The backend counts its own ranks: the node communicator of a
-        // job's process holds this rank alone.
-        let (me, here) = (self.intra.local_ranks().start, 0);
         let b = &self.intra.b;
         let sz = std::mem::size_of::<T>();
         let (c, t, m) = (shard.len(), tail.len(), self.nodes.count());
@@ -260,22 +274,12 @@ impl<B: Backend> HierComm<B> {
         if bytes == 0 {
             return Ok(());
         }
-        let out = b.addr_at(here, buf, shard.start);
-        let out_tail = b.addr_at(here, buf, tail.start);
+        let out = b.addr_at(HERE, buf, shard.start);
+        let out_tail = b.addr_at(HERE, buf, tail.start);
         // Send straight from the shard; with a tail, the two together from
         // staging, since NCCL sends one range.
-        let send_room = if t == 0 {
-            0
-        } else {
-            bytes.next_multiple_of(STAGING_ALIGN)
-        };
-        let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-        let need = send_room + m * bytes;
-        let have = staging.as_ref().map_or(0, <Comm<B> as Collectives>::len_of);
-        if have < need {
-            *staging = Some(self.intra.upload(me, &vec![0u8; need])?);
-        }
-        let base = b.addr_at(here, staging.as_ref().expect("just made"), 0);
+        let send_room = if t == 0 { 0 } else { room(bytes) };
+        let (_staging, base) = self.staging(send_room + m * bytes)?;
         let all = base + send_room as u64;
         let send = if t == 0 {
             out
@@ -284,19 +288,102 @@ impl<B: Backend> HierComm<B> {
             self.fold_chain::<T>(base + (c * sz) as u64, &[out_tail], t, Op::Sum)?;
             base
         };
-        self.intra.synchronize()?;
-        // SAFETY: `send` holds `bytes` of the rank's owned elements, `all`
-        // room for every node's; the staging lock and `buf`'s borrow keep
-        // them ours, and nothing else is queued on them.
-        let moved = unsafe { self.across.all_gather_at(send, bytes, all) };
-        moved.map_err(|e| self.cause_of(e))?;
-        let node = |at: usize| {
-            (0..m)
-                .map(|u| all + (u * bytes + at) as u64)
-                .collect::<Vec<_>>()
-        };
+        self.gather_in_place(send, bytes, all)?;
+        let node =
+            |at: usize| -> Vec<u64> { (0..m).map(|u| all + (u * bytes + at) as u64).collect() };
         self.fold_chain::<T>(out, &node(0), c, op)?;
         self.fold_chain::<T>(out_tail, &node(c * sz), t, op)
+    }
+
+    /// The step's staging, at least `bytes` of it, and its address: the
+    /// guard keeps it this call's.
+    fn staging(&self, bytes: usize) -> Result<(MutexGuard<'_, Option<B::Buf<u8>>>, u64)> {
+        let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        let have = staging.as_ref().map_or(0, <Comm<B> as Collectives>::len_of);
+        if have < bytes {
+            let me = self.intra.local_ranks().start;
+            *staging = Some(self.intra.upload(me, &vec![0u8; bytes])?);
+        }
+        let base = self
+            .intra
+            .b
+            .addr_at(HERE, staging.as_ref().expect("just made"), 0);
+        Ok((staging, base))
+    }
+
+    /// Once the rank's queue has run what it holds, every node's `bytes`
+    /// at `send` into `all`, in node order; what the watch heard if the
+    /// step was cut short.
+    fn gather_in_place(&self, send: u64, bytes: usize, all: u64) -> Result<()> {
+        self.intra.synchronize()?;
+        // SAFETY: `send` holds `bytes` of the rank's owned elements, `all`
+        // room for every node's: the caller's buffer and the staging it
+        // holds, with nothing else queued on them.
+        let moved = unsafe { self.across.all_gather_at(send, bytes, all) };
+        moved.map_err(|e| self.cause_of(e))
+    }
+
+    /// The half-precision step in the rank's own memory: its owned `f32`
+    /// elements (`shard`, then `tail`, of `buf`) rounded to `precision`
+    /// (divided by the job's size first with `prescale`) by the gradient
+    /// layer's task, every node's gathered, widened back to `f32` and
+    /// summed in node order into place, as the host path folds them.
+    fn cross_half_in_place<T: RsElement>(
+        &self,
+        buf: &B::Buf<T>,
+        shard: Range<usize>,
+        tail: Range<usize>,
+        precision: Precision,
+        prescale: bool,
+    ) -> Result<()> {
+        let b = &self.intra.b;
+        let (c, t, m) = (shard.len(), tail.len(), self.nodes.count());
+        let len = c + t;
+        if len == 0 {
+            return Ok(());
+        }
+        let (half, wide) = (len * 2, len * 4);
+        let (send_room, all_room) = (room(half), room(m * half));
+        let (_staging, send) = self.staging(send_room + all_room + m * wide)?;
+        let all = send + send_room as u64;
+        let widened = all + all_room as u64;
+        let out = b.addr_at(HERE, buf, shard.start);
+        let out_tail = b.addr_at(HERE, buf, tail.start);
+        let div = if prescale {
+            self.nodes.world() as f32
+        } else {
+            1.0
+        };
+        let format = precision.format();
+        let task = |kind: TaskKind, src: u64, dst: u64, n: usize, arg: u64| -> Result<()> {
+            if n == 0 {
+                return Ok(());
+            }
+            let task = Task {
+                kind: kind as u64,
+                src,
+                dst,
+                n: n as u64,
+                arg,
+                ..Task::default()
+            };
+            // SAFETY: `src` and `dst` hold `n` elements of what the task
+            // reads and writes, in `buf` or the staging held, until the
+            // synchronize that ends the step.
+            unsafe { b.task(HERE, task) }
+        };
+        let to = half_arg(format, div);
+        task(TaskKind::ToHalf, out, send, c, to)?;
+        task(TaskKind::ToHalf, out_tail, send + (c * 2) as u64, t, to)?;
+        self.gather_in_place(send, half, all)?;
+        for u in 0..m {
+            let (from, into) = (all + (u * half) as u64, widened + (u * wide) as u64);
+            task(TaskKind::FromHalf, from, into, len, format as u64)?;
+        }
+        let node =
+            |at: usize| -> Vec<u64> { (0..m).map(|u| widened + (u * wide + at) as u64).collect() };
+        self.fold_chain::<f32>(out, &node(0), c, Op::Sum)?;
+        self.fold_chain::<f32>(out_tail, &node(c * 4), t, Op::Sum)
     }
 
     /// Queues `op` over `sources` (each `n` elements of `T` in this rank's
@@ -341,9 +428,8 @@ impl<B: Backend> HierComm<B> {
             args.recv[..inputs.len()].fill(dst);
             // SAFETY: every source and `dst` hold `n` elements of `T` in
             // this rank's memory (the caller's buffer or the staging it
-            // holds), until the synchronize that ends the step. The node
-            // communicator holds this rank alone, as its rank 0.
-            unsafe { self.intra.b.fold(0, T::DTYPE, step_op, args)? };
+            // holds), until the synchronize that ends the step.
+            unsafe { self.intra.b.fold(HERE, T::DTYPE, step_op, args)? };
             rest = later;
             first = false;
         }
