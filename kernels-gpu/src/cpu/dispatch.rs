@@ -229,8 +229,8 @@ mod tests {
             recv: [0; BATCH_RANKS],
             divisor: 8,
         };
-        for u in 0..k {
-            args.send[u] = send[u].as_ptr() as u64;
+        for (u, s) in send.iter().enumerate() {
+            args.send[u] = s.as_ptr() as u64;
             args.recv[u] = out.as_mut_ptr() as u64;
         }
         run_grid_of(&args, Collective::AllReduce, Op::Avg);
