@@ -6,9 +6,10 @@
 //! for tests: it moves whole shards and is as slow as that sounds.
 
 use crate::error::{Error, Result};
+use cudarc::driver::CudaContext;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The step between nodes, as the hierarchical schedule uses it.
@@ -19,14 +20,10 @@ pub(crate) trait Across: Send + Sync {
     /// `all[m * mine.len()..]`: an all-gather, whose folding the caller
     /// does in node order, so the order is fixed whatever moves the bytes.
     fn all_gather(&self, mine: &[u8], all: &mut [u8]) -> Result<()>;
-    /// Whether [`all_gather_at`](Self::all_gather_at) takes device
-    /// addresses (NCCL's) rather than host ones (the stand-in's): the
-    /// hierarchical schedule runs the step in the ranks' own buffers
-    /// where their memory is this one.
-    fn on_device(&self) -> bool;
-    /// [`all_gather`](Self::all_gather) between addresses of the memory
-    /// [`on_device`](Self::on_device) names: `bytes` at `mine`, every
-    /// member's to `all + m * bytes`.
+    /// [`all_gather`](Self::all_gather) between addresses of the ranks'
+    /// memory (a GPU's, or the host's for the CPU execution): `bytes` at
+    /// `mine`, every member's to `all + m * bytes`. The hierarchical
+    /// schedule runs the step in the ranks' own buffers with it.
     ///
     /// # Safety
     /// Both ranges must be valid in that memory, must not overlap, and
@@ -189,10 +186,8 @@ impl Across for TcpAcross {
         })
     }
 
-    fn on_device(&self) -> bool {
-        false
-    }
-
+    /// Host addresses: the CPU execution's ranks ([`ThroughHost`] serves
+    /// GPU ranks).
     unsafe fn all_gather_at(&self, mine: u64, bytes: usize, all: u64) -> Result<()> {
         if bytes == 0 {
             return Ok(());
@@ -216,10 +211,46 @@ impl Across for TcpAcross {
     }
 }
 
+/// The stand-in between GPU ranks (a build without NCCL): device bytes
+/// copied to the host, moved by [`TcpAcross`], and copied back.
+pub(crate) struct ThroughHost {
+    pub tcp: TcpAcross,
+    pub ctx: Arc<CudaContext>,
+}
+
+impl Across for ThroughHost {
+    fn members(&self) -> usize {
+        self.tcp.members()
+    }
+
+    fn all_gather(&self, mine: &[u8], all: &mut [u8]) -> Result<()> {
+        self.tcp.all_gather(mine, all)
+    }
+
+    /// Device addresses of the context's GPU.
+    unsafe fn all_gather_at(&self, mine: u64, bytes: usize, all: u64) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.ctx.bind_to_thread()?;
+        let mut here = vec![0u8; bytes];
+        let mut there = vec![0u8; bytes * self.members()];
+        // SAFETY: the caller's promise: `bytes` at `mine`, every member's
+        // room at `all`, on this device.
+        unsafe { crate::gpu::driver::copy_dtoh(&mut here, mine)? };
+        self.tcp.all_gather(&here, &mut there)?;
+        // SAFETY: as above.
+        unsafe { crate::gpu::driver::copy_htod(all, &there) }
+    }
+
+    fn abort(&self) {
+        self.tcp.abort()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     /// `n` members on threads, linked.
     fn mesh(n: usize) -> Vec<TcpAcross> {

@@ -6,7 +6,7 @@
 
 use super::engine::{Comm, Engine};
 use super::{meet, peer_error};
-use crate::across::{Across, TcpAcross};
+use crate::across::{Across, TcpAcross, ThroughHost};
 use crate::bootstrap::{Identity, UniqueId, Watch};
 use crate::config::CommConfig;
 use crate::error::{Error, Result};
@@ -120,13 +120,11 @@ impl<B: Engine> Joined<B> {
                 let id = cards[group[0]].nccl.as_deref().unwrap_or_default();
                 link_by_nccl(&b, id, node, group.len(), timeout)?
             } else {
-                Arc::new(TcpAcross::connect(
-                    node,
-                    group.clone(),
-                    &addrs,
-                    listener,
-                    timeout,
-                )?)
+                let tcp = TcpAcross::connect(node, group.clone(), &addrs, listener, timeout)?;
+                match b.device_context() {
+                    Some(ctx) => Arc::new(ThroughHost { tcp, ctx }),
+                    None => Arc::new(tcp),
+                }
             };
             Ok((b, across))
         });

@@ -71,6 +71,7 @@ mod view;
 pub use crate::gpu::task_blocks;
 pub use backend::{GradBackend, Wire};
 pub use fused::Session;
+pub(crate) use sparse::selection_tasks;
 pub use sparse::SparseSent;
 pub use view::{BucketSession, BucketedGrads, Place};
 

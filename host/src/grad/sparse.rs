@@ -241,45 +241,14 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
                 tiles,
                 ..Task::default()
             };
-            let mut tasks = vec![Task {
+            let feedback = Task {
                 kind: TaskKind::Feedback as u64,
                 src: g[u],
                 aux: r.map_or(0, |r| r[u]),
                 dst: w,
                 ..base
-            }];
-            match sparsity {
-                Sparsity::TopK(f) => {
-                    tasks.push(Task {
-                        kind: TaskKind::SelectTopK as u64,
-                        arg: Sparsity::k_of(f, nn),
-                        ..base
-                    });
-                    for p in 0..SELECT_PASSES {
-                        tasks.push(Task {
-                            kind: TaskKind::Histogram as u64,
-                            arg: p,
-                            ..base
-                        });
-                        tasks.push(Task {
-                            kind: TaskKind::PickDigit as u64,
-                            arg: p,
-                            ..base
-                        });
-                    }
-                }
-                Sparsity::Threshold(th) => tasks.push(Task {
-                    kind: TaskKind::SelectThreshold as u64,
-                    arg: th.abs().to_bits() as u64,
-                    ..base
-                }),
-            }
-            for kind in [TaskKind::CountTiles, TaskKind::ScanTiles] {
-                tasks.push(Task {
-                    kind: kind as u64,
-                    ..base
-                });
-            }
+            };
+            let tasks = selection_tasks(base, feedback, sparsity);
             for t in tasks {
                 let h = vec![C::hold(&*work), C::hold(&*st), C::hold(&*tc)];
                 // SAFETY: every address is a live buffer of this rank, of
@@ -402,6 +371,45 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
             dense: false,
         })
     }
+}
+
+/// The tasks that select from the `n` f32s of work at `base.src` (its
+/// state at `base.state`, tile counts at `base.aux`): `feedback` (which
+/// writes `g + r` into the work), then top-K's radix passes or the
+/// threshold, then the tile counts and their scan. The flat sparse
+/// all-reduce and the hierarchical step between nodes both select so.
+pub(crate) fn selection_tasks(base: Task, feedback: Task, sparsity: Sparsity) -> Vec<Task> {
+    let mut tasks = vec![feedback];
+    match sparsity {
+        Sparsity::TopK(f) => {
+            tasks.push(Task {
+                kind: TaskKind::SelectTopK as u64,
+                arg: Sparsity::k_of(f, base.n),
+                ..base
+            });
+            for p in 0..SELECT_PASSES {
+                for kind in [TaskKind::Histogram, TaskKind::PickDigit] {
+                    tasks.push(Task {
+                        kind: kind as u64,
+                        arg: p,
+                        ..base
+                    });
+                }
+            }
+        }
+        Sparsity::Threshold(th) => tasks.push(Task {
+            kind: TaskKind::SelectThreshold as u64,
+            arg: th.abs().to_bits() as u64,
+            ..base
+        }),
+    }
+    for kind in [TaskKind::CountTiles, TaskKind::ScanTiles] {
+        tasks.push(Task {
+            kind: kind as u64,
+            ..base
+        });
+    }
+    tasks
 }
 
 /// An all-gather of `send_at` of every rank's `send` slot into the start of

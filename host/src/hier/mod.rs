@@ -12,12 +12,12 @@ use crate::collectives::Collectives;
 use crate::config::CommConfig;
 use crate::element::{DataType, RsElement};
 use crate::error::{Error, Result};
-use crate::front::{Backend, Comm, Joined};
-use crate::grad::{Precision, SparseSent, Sparsity, Wire};
+use crate::front::{Backend, Comm, Engine, Joined};
+use crate::grad::{selection_tasks, Precision, SparseSent, Sparsity, Wire};
 use crate::nodes::Nodes;
 use crate::region::Region;
 use ringreduce_kernels::abi::{LocalArgs, BATCH_RANKS};
-use ringreduce_kernels::grad::abi::{half_arg, Task, TaskKind};
+use ringreduce_kernels::grad::abi::{half_arg, tiles_for, SelectState, Task, TaskKind};
 use ringreduce_kernels::plan::PACK_BYTES;
 use ringreduce_kernels::Collective;
 use ringreduce_kernels::Op;
@@ -50,6 +50,9 @@ pub struct HierComm<B: Backend> {
 /// Where each part of the step's staging starts: a multiple of the wide
 /// packs, so that the folds over it may take the wide path.
 const STAGING_ALIGN: usize = 256;
+
+/// The step's staging, held for one call.
+type Staging<'a, B> = MutexGuard<'a, Option<<B as Engine>::Buf<u8>>>;
 
 /// `bytes` rounded up to where the next part of the staging may start.
 fn room(bytes: usize) -> usize {
@@ -223,18 +226,24 @@ impl<B: Backend> HierComm<B> {
         }
         let shard = o + l * c..o + (l + 1) * c;
         let sent = match step {
-            Step::Full(op) if self.in_place() => {
+            Step::Full(op) => {
                 self.cross_in_place(buf, shard, main..at.end, op)?;
                 wire::UNCOMPRESSED
             }
             Step::Wire(Wire::Half {
                 precision,
                 prescale,
-            }) if self.in_place() => {
+            }) => {
                 self.cross_half_in_place(buf, shard, main..at.end, precision, prescale)?;
                 wire::UNCOMPRESSED
             }
-            _ => self.cross_through_host(buf, shard, main..at.end, step, residual)?,
+            Step::Wire(Wire::Sparse {
+                sparsity,
+                dense_above,
+            }) => {
+                let how = (sparsity, dense_above);
+                self.cross_sparse_in_place(buf, shard, main..at.end, how, residual)?
+            }
         };
         if c > 0 {
             let mut r = [Region::InPlace {
@@ -245,14 +254,6 @@ impl<B: Backend> HierComm<B> {
         }
         self.intra.synchronize()?;
         Ok(sent)
-    }
-
-    /// Whether the step between nodes reads the memory the ranks' buffers
-    /// are in (NCCL and GPU ranks; the stand-in and the CPU execution), so
-    /// that it runs in place; otherwise the owned elements go through the
-    /// host (the stand-in between GPU ranks, a build without NCCL).
-    fn in_place(&self) -> bool {
-        B::ON_DEVICE == self.across.on_device()
     }
 
     /// The step between nodes in the rank's own memory: its owned
@@ -297,7 +298,7 @@ impl<B: Backend> HierComm<B> {
 
     /// The step's staging, at least `bytes` of it, and its address: the
     /// guard keeps it this call's.
-    fn staging(&self, bytes: usize) -> Result<(MutexGuard<'_, Option<B::Buf<u8>>>, u64)> {
+    fn staging(&self, bytes: usize) -> Result<(Staging<'_, B>, u64)> {
         let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
         let have = staging.as_ref().map_or(0, <Comm<B> as Collectives>::len_of);
         if have < bytes {
@@ -386,6 +387,172 @@ impl<B: Backend> HierComm<B> {
         self.fold_chain::<f32>(out_tail, &node(c * 4), t, Op::Sum)
     }
 
+    /// The sparse step in the rank's own memory, by the gradient layer's
+    /// tasks: `g' = owned + residual` (the tail always whole), the shard's
+    /// selection (the residual keeping what it leaves), every node's
+    /// count, then either `(index, value)` pairs padded to the longest,
+    /// gathered and scatter-added from `+0.0` in node order, or, above
+    /// `dense_above`, the selection dense, gathered and summed from `+0.0`
+    /// in node order: the host path's results, bit for bit. A member's
+    /// pairs are its selected shard's, its padding, then its tail's; each
+    /// element takes at most one pair from a member, so the order inside a
+    /// member's list changes no bit.
+    fn cross_sparse_in_place<T: RsElement>(
+        &self,
+        buf: &B::Buf<T>,
+        shard: Range<usize>,
+        tail: Range<usize>,
+        (sparsity, dense_above): (Sparsity, f64),
+        residual: Option<&mut B::Buf<f32>>,
+    ) -> Result<SparseSent> {
+        let b = &self.intra.b;
+        let me = self.intra.local_ranks().start;
+        let (c, t, m) = (shard.len(), tail.len(), self.nodes.count());
+        let len = c + t;
+        let (nn, tiles) = (c as u64, tiles_for(c as u64));
+        // Pairs a sparse exchange may send: beyond the dense bound it goes
+        // dense.
+        let bound = (dense_above * c as f64).floor().clamp(0.0, c as f64) as usize;
+        let cap = (bound + t).min(len);
+        let rooms = [
+            room(len * 4),
+            room(SelectState::BYTES),
+            room(tiles as usize * 16),
+            room(len * 4),
+            room(cap * 8),
+            (m * len * 4).max(m * cap * 8),
+        ];
+        let mut at = [0usize; 6];
+        for i in 1..6 {
+            at[i] = at[i - 1] + rooms[i - 1];
+        }
+        let (mut staging, base) = self.staging(at[5] + rooms[5])?;
+        let [work, state, tile_counts, acc, pairs, all] = at.map(|a| base + a as u64);
+        let out = b.addr_at(HERE, buf, shard.start);
+        let out_tail = b.addr_at(HERE, buf, tail.start);
+        let res = residual.map_or(0, |r| b.addr_at(HERE, r, shard.start));
+        let task = |t: Task| -> Result<()> {
+            // SAFETY: every address is `buf`'s, the residual's or the
+            // staging held, each as long as the task's `n` and `tiles`
+            // name, until the synchronize that ends the step.
+            unsafe { b.task(HERE, t) }
+        };
+        let feedback = |src: u64, aux: u64, dst: u64, n: usize| Task {
+            kind: TaskKind::Feedback as u64,
+            src,
+            aux,
+            dst,
+            n: n as u64,
+            ..Task::default()
+        };
+        let fill = |dst: u64, n: usize| Task {
+            kind: TaskKind::Fill as u64,
+            dst,
+            n: n as u64,
+            ..Task::default()
+        };
+        let select = Task {
+            src: work,
+            state,
+            aux: tile_counts,
+            n: nn,
+            tiles,
+            ..Task::default()
+        };
+        if c > 0 {
+            for t in selection_tasks(select, feedback(out, res, work, c), sparsity) {
+                task(t)?;
+            }
+        }
+        if t > 0 {
+            task(feedback(out_tail, 0, work + (c * 4) as u64, t))?;
+        }
+        let count = match sparsity {
+            _ if c == 0 => 0,
+            Sparsity::TopK(f) => Sparsity::k_of(f, nn),
+            Sparsity::Threshold(_) => {
+                // Host reads wait for no task (tasks hold nothing here).
+                self.intra.synchronize()?;
+                let word = (state - base) as usize + 8 * SelectState::COUNT_WORD;
+                let held = staging.as_ref().expect("made");
+                let bytes = self.intra.read(me, held, word..word + 8)?;
+                u64::from_le_bytes(bytes.try_into().expect("eight bytes"))
+            }
+        };
+        let counts = self.gather_across(&[count + t as u64])?;
+        let most = counts.iter().copied().max().unwrap_or(0) as usize;
+        let dense = wire::goes_dense(most - t, c, dense_above);
+        task(fill(acc, len))?;
+        if dense {
+            if c > 0 {
+                task(Task {
+                    kind: TaskKind::WriteSelected as u64,
+                    dst: work,
+                    aux2: res,
+                    arg: u64::MAX,
+                    ..select
+                })?;
+            }
+            let bytes = len * 4;
+            self.gather_in_place(work, bytes, all)?;
+            let from = |at: usize| -> Vec<u64> {
+                let node = (0..m).map(|u| all + (u * bytes + at) as u64);
+                std::iter::once(acc + at as u64).chain(node).collect()
+            };
+            self.fold_chain::<f32>(out, &from(0), c, Op::Sum)?;
+            self.fold_chain::<f32>(out_tail, &from(c * 4), t, Op::Sum)?;
+            return Ok(SparseSent { pairs: 0, dense });
+        }
+        let written = Task {
+            kind: TaskKind::WriteSelected as u64,
+            dst: pairs,
+            aux2: res,
+            arg: (most - t) as u64,
+            ..select
+        };
+        if c > 0 {
+            task(written)?;
+            if res != 0 {
+                task(Task {
+                    kind: TaskKind::ResidualUntied as u64,
+                    ..written
+                })?;
+            }
+        }
+        if t > 0 {
+            // The tail's pairs, every element of it, after the padding,
+            // written once the queued tasks are done with the staging.
+            self.intra.synchronize()?;
+            let values: Vec<T> = self.intra.read(me, buf, tail.clone())?;
+            let words: Vec<u32> = bytemuck::cast_slice::<T, u32>(&values)
+                .iter()
+                .enumerate()
+                .flat_map(|(i, &v)| [(c + i) as u32, v])
+                .collect();
+            let held = staging.as_mut().expect("made");
+            let at = (pairs - base) as usize + (most - t) * 8;
+            self.intra
+                .write(me, held, at, bytemuck::cast_slice(&words))?;
+        }
+        self.gather_in_place(pairs, most * 8, all)?;
+        for u in 0..m {
+            task(Task {
+                kind: TaskKind::ScatterAdd as u64,
+                src: all + (u * most * 8) as u64,
+                dst: acc,
+                n: most as u64,
+                arg: len as u64,
+                ..Task::default()
+            })?;
+        }
+        self.fold_chain::<f32>(out, &[acc], c, Op::Sum)?;
+        self.fold_chain::<f32>(out_tail, &[acc + (c * 4) as u64], t, Op::Sum)?;
+        Ok(SparseSent {
+            pairs: most as u64,
+            dense,
+        })
+    }
+
     /// Queues `op` over `sources` (each `n` elements of `T` in this rank's
     /// memory) folded in the order given into `dst`, `Avg` dividing by the
     /// job's size: one local fold per [`BATCH_RANKS`] sources, each after
@@ -434,42 +601,6 @@ impl<B: Backend> HierComm<B> {
             first = false;
         }
         Ok(())
-    }
-
-    /// The step between nodes through the host: the rank's owned elements
-    /// (`shard`, then `tail`, of `buf`) read, crossed as `step` says, and
-    /// written back; what it sent.
-    fn cross_through_host<T: RsElement>(
-        &self,
-        buf: &mut B::Buf<T>,
-        shard: Range<usize>,
-        tail: Range<usize>,
-        step: Step,
-        residual: Option<&mut B::Buf<f32>>,
-    ) -> Result<SparseSent> {
-        let me = self.intra.local_ranks().start;
-        let (c, t) = (shard.len(), tail.len());
-        self.intra.synchronize()?;
-        // What this rank owns: its shard, then the tail.
-        let mut owned = self.intra.read(me, buf, shard.clone())?;
-        owned.extend(self.intra.read(me, buf, tail.clone())?);
-        // The residual of what it owns, for a sparse step (the tail's is
-        // in the tail now).
-        let mut kept = match residual.as_deref() {
-            Some(r) => {
-                let mut k = self.intra.read(me, r, shard.clone())?;
-                k.resize(c + t, 0.0);
-                Some(k)
-            }
-            None => None,
-        };
-        let (folded, sent) = self.cross(&owned, c, step, kept.as_deref_mut())?;
-        self.intra.write(me, buf, shard.start, &folded[..c])?;
-        self.intra.write(me, buf, tail.start, &folded[c..])?;
-        if let (Some(r), Some(k)) = (residual, kept) {
-            self.intra.write(me, r, shard.start, &k[..c])?;
-        }
-        Ok(sent)
     }
 
     /// Rank `g` gets `op` over every rank of block `g` of `send` (`world`
@@ -650,133 +781,6 @@ impl<B: Backend> HierComm<B> {
         } else {
             acc
         }
-    }
-
-    /// The step between nodes over a rank's owned elements (`shard` of
-    /// them, then the tail): every node's, folded in node order as `step`
-    /// says; what it sent.
-    fn cross<T: RsElement>(
-        &self,
-        owned: &[T],
-        shard: usize,
-        step: Step,
-        residual: Option<&mut [f32]>,
-    ) -> Result<(Vec<T>, SparseSent)> {
-        // `all_reduce_steps` let only `f32` through to a compressed step.
-        let op = match step {
-            Step::Full(op) => op,
-            Step::Wire(_) => Op::Sum,
-        };
-        let len = owned.len();
-        let folded: Vec<f32> = match step {
-            Step::Full(_) => {
-                let all = self.gather_across(owned)?;
-                let out = (0..len)
-                    .map(|i| self.fold_nodes(op, |m| all[m * len + i]))
-                    .collect();
-                return Ok((out, wire::UNCOMPRESSED));
-            }
-            Step::Wire(Wire::Half {
-                precision,
-                prescale,
-            }) => {
-                let div = if prescale {
-                    self.nodes.world() as f32
-                } else {
-                    1.0
-                };
-                let mine: Vec<u16> = bytemuck::cast_slice::<T, f32>(owned)
-                    .iter()
-                    .map(|&x| wire::to_half(x / div, precision))
-                    .collect();
-                let all = self.gather_across(&mine)?;
-                (0..len)
-                    .map(|i| {
-                        let mut acc = wire::from_half(all[i], precision);
-                        for m in 1..self.nodes.count() {
-                            acc += wire::from_half(all[m * len + i], precision);
-                        }
-                        acc
-                    })
-                    .collect()
-            }
-            Step::Wire(Wire::Sparse {
-                sparsity,
-                dense_above,
-            }) => {
-                let (out, sent) = self.cross_sparse(
-                    bytemuck::cast_slice(owned),
-                    shard,
-                    sparsity,
-                    dense_above,
-                    residual,
-                )?;
-                return Ok((bytemuck::cast_slice(&out).to_vec(), sent));
-            }
-        };
-        Ok((bytemuck::cast_slice(&folded).to_vec(), wire::UNCOMPRESSED))
-    }
-
-    /// The sparse step: the selection of `g' = owned + residual` as
-    /// `(index, value)` pairs padded to the group's longest, or dense
-    /// above `dense_above`, folded from `+0.0` in node order.
-    fn cross_sparse(
-        &self,
-        owned: &[f32],
-        shard: usize,
-        sparsity: Sparsity,
-        dense_above: f64,
-        residual: Option<&mut [f32]>,
-    ) -> Result<(Vec<f32>, SparseSent)> {
-        let len = owned.len();
-        let gp: Vec<f32> = match &residual {
-            Some(r) => owned.iter().zip(r.iter()).map(|(g, r)| g + r).collect(),
-            None => owned.to_vec(),
-        };
-        let sel = wire::select(&gp, shard, sparsity);
-        let count = sel.iter().filter(|&&s| s).count();
-        // Every member must agree on the shape of the exchange: the
-        // longest selection sets it (top-K's counts are equal already).
-        let counts = self.gather_across(&[count as u64])?;
-        let most = counts.iter().copied().max().unwrap_or(0) as usize;
-        let dense = wire::goes_dense(most - (len - shard), shard, dense_above);
-        let out = if dense {
-            let mine: Vec<f32> = gp
-                .iter()
-                .zip(&sel)
-                .map(|(&x, &s)| if s { x } else { 0.0 })
-                .collect();
-            let all = self.gather_across(&mine)?;
-            (0..len)
-                .map(|i| {
-                    let mut acc = 0.0f32;
-                    for m in 0..self.nodes.count() {
-                        acc += all[m * len + i];
-                    }
-                    acc
-                })
-                .collect()
-        } else {
-            let mut mine: Vec<(u32, f32)> = (0..len)
-                .filter(|&i| sel[i])
-                .map(|i| (i as u32, gp[i]))
-                .collect();
-            mine.resize(most, (wire::PAD, 0.0));
-            let flat: Vec<u32> = mine.iter().flat_map(|&(i, v)| [i, v.to_bits()]).collect();
-            let all = self.gather_across(&flat)?;
-            let pairs: Vec<(u32, f32)> = all
-                .chunks_exact(2)
-                .map(|p| (p[0], f32::from_bits(p[1])))
-                .collect();
-            wire::fold_pairs(len, pairs.chunks(most.max(1)))
-        };
-        if let Some(r) = residual {
-            for ((r, &x), &s) in r.iter_mut().zip(&gp).zip(&sel) {
-                *r = if s { 0.0 } else { x };
-            }
-        }
-        let pairs = if dense { 0 } else { most as u64 };
-        Ok((out, SparseSent { pairs, dense }))
     }
 }
 

@@ -70,10 +70,6 @@ impl Across for NcclAcross {
         Ok(s.synchronize()?)
     }
 
-    fn on_device(&self) -> bool {
-        true
-    }
-
     /// An `ncclAllGather` of bytes on the link's stream, polled to its end
     /// so that a silent peer or an abort cannot hold the call.
     unsafe fn all_gather_at(&self, mine: u64, bytes: usize, all: u64) -> Result<()> {
