@@ -327,6 +327,60 @@ pub fn region_cases<C: Collectives>(comm: &C, nodes: &Nodes, rank: usize) -> Res
         differing(&comm.download(rank, &b)?, &want),
     );
 
+    // All-reduce out of place, from a whole buffer into a sub-range of
+    // another: the input and the output's guards stay as they were.
+    let all = inputs::<f32>(25 << 32, world, n);
+    let parts: Vec<&[f32]> = all.iter().map(Vec::as_slice).collect();
+    let reduced = hierarchical_all_reduce(&parts, nodes, algorithm_for, ring, Op::Sum);
+    let send = comm.upload(rank, &all[rank])?;
+    let mut recv = comm.upload(rank, &vec![-7.0f32; n + 2 * guard])?;
+    comm.all_reduce(
+        &mut [Region::OutOfPlace {
+            send: &send,
+            send_at: 0..n,
+            recv: &mut recv,
+            recv_at: guard..guard + n,
+        }],
+        Op::Sum,
+    )?;
+    let mut want = vec![-7.0f32; n + 2 * guard];
+    want[guard..guard + n].copy_from_slice(&reduced);
+    out.add(
+        "all-reduce out of place",
+        differing(&comm.download(rank, &recv)?, &want)
+            + differing(&comm.download(rank, &send)?, &all[rank]),
+    );
+
+    // All-reduce between apart ranges of one buffer; then ranges that
+    // overlap otherwise than in place, refused on every rank.
+    let mut b = comm.upload(rank, &[all[rank].clone(), vec![-7.0; n]].concat())?;
+    comm.all_reduce(
+        &mut [Region::Split {
+            buf: &mut b,
+            send_at: 0..n,
+            recv_at: n..2 * n,
+        }],
+        Op::Sum,
+    )?;
+    let want = [all[rank].clone(), reduced].concat();
+    out.add(
+        "all-reduce between ranges of one buffer",
+        differing(&comm.download(rank, &b)?, &want),
+    );
+    let e = comm.all_reduce(
+        &mut [Region::Split {
+            buf: &mut b,
+            send_at: 0..n,
+            recv_at: 1..n + 1,
+        }],
+        Op::Sum,
+    );
+    let typed = matches!(e, Err(ringreduce::Error::InPlaceMisplaced { .. }));
+    out.add(
+        &format!("an all-reduce between overlapping ranges: {e:?}"),
+        usize::from(!typed),
+    );
+
     // A region of another length is a typed error.
     let mut short = comm.upload(rank, &vec![0f32; c])?;
     let e = comm.reduce_scatter(

@@ -39,14 +39,33 @@ impl<B: Backend> HierComm<B> {
         let world = self.nodes.world();
         let len = |b: &B::Buf<T>| <Comm<B> as Collectives>::len_of(b);
         let me = self.intra.local_ranks().start;
-        if let Region::InPlace { buf, at } = region {
-            if c == Collective::AllReduce {
-                return self
-                    .all_reduce_at(buf, at.clone(), Step::Full(op), None)
-                    .map(|_| ());
-            }
-        }
         let (send_at, recv_at) = ranges_of(c, region, self.rank, world)?;
+        if c == Collective::AllReduce {
+            // In the rank's memory: the input copied to the output first
+            // where they differ, then the all-reduce in place there.
+            let step = Step::Full(op);
+            let out = match region {
+                Region::InPlace { buf, .. } => buf,
+                Region::OutOfPlace { send, recv, .. } => {
+                    self.copy_into(recv, recv_at.start, send, send_at.clone())?;
+                    recv
+                }
+                Region::Split { buf, .. } => {
+                    let (s, r) = (&send_at, &recv_at);
+                    if s != r && s.start < r.end && r.start < s.end {
+                        return Err(Error::InPlaceMisplaced {
+                            rank: self.rank,
+                            collective: c.name(),
+                        });
+                    }
+                    if s != r {
+                        self.copy_into(buf, r.start, buf, s.clone())?;
+                    }
+                    buf
+                }
+            };
+            return self.all_reduce_at(out, recv_at, step, None).map(|_| ());
+        }
         let rl = recv_at.len();
         let input = match region {
             Region::OutOfPlace { send, .. } => self.intra.read(me, send, send_at)?,

@@ -553,6 +553,21 @@ impl<B: Backend> HierComm<B> {
         })
     }
 
+    /// Queues a copy of `src` of `from` into `dst` from element `at`, in
+    /// this rank's memory (a fold of one source); the ranges must not
+    /// overlap.
+    pub(crate) fn copy_into<T: RsElement>(
+        &self,
+        dst: &B::Buf<T>,
+        at: usize,
+        from: &B::Buf<T>,
+        src: Range<usize>,
+    ) -> Result<()> {
+        let b = &self.intra.b;
+        let (to, from) = (b.addr_at(HERE, dst, at), b.addr_at(HERE, from, src.start));
+        self.fold_chain::<T>(to, &[from], src.len(), Op::Sum)
+    }
+
     /// Queues `op` over `sources` (each `n` elements of `T` in this rank's
     /// memory) folded in the order given into `dst`, `Avg` dividing by the
     /// job's size: one local fold per [`BATCH_RANKS`] sources, each after
