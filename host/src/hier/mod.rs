@@ -479,11 +479,18 @@ impl<B: Backend> HierComm<B> {
                 u64::from_le_bytes(bytes.try_into().expect("eight bytes"))
             }
         };
-        let counts = self.gather_across(&[count + t as u64])?;
-        let most = counts.iter().copied().max().unwrap_or(0) as usize;
+        // Top-K selects as many on every node (their shards are equal):
+        // only a threshold's counts need to cross.
+        let most = match sparsity {
+            Sparsity::TopK(_) => count as usize + t,
+            Sparsity::Threshold(_) => {
+                let counts = self.gather_across(&[count + t as u64])?;
+                counts.iter().copied().max().unwrap_or(0) as usize
+            }
+        };
         let dense = wire::goes_dense(most - t, c, dense_above);
-        task(fill(acc, len))?;
         if dense {
+            task(fill(acc, len))?;
             if c > 0 {
                 task(Task {
                     kind: TaskKind::WriteSelected as u64,
@@ -503,6 +510,10 @@ impl<B: Backend> HierComm<B> {
             self.fold_chain::<f32>(out_tail, &from(c * 4), t, Op::Sum)?;
             return Ok(SparseSent { pairs: 0, dense });
         }
+        // Without a tail the sums land in the shard itself; with one, in
+        // `acc` first, since the shard and the tail are apart.
+        let sums = if t == 0 { out } else { acc };
+        task(fill(sums, len))?;
         let written = Task {
             kind: TaskKind::WriteSelected as u64,
             dst: pairs,
@@ -539,14 +550,16 @@ impl<B: Backend> HierComm<B> {
             task(Task {
                 kind: TaskKind::ScatterAdd as u64,
                 src: all + (u * most * 8) as u64,
-                dst: acc,
+                dst: sums,
                 n: most as u64,
                 arg: len as u64,
                 ..Task::default()
             })?;
         }
-        self.fold_chain::<f32>(out, &[acc], c, Op::Sum)?;
-        self.fold_chain::<f32>(out_tail, &[acc + (c * 4) as u64], t, Op::Sum)?;
+        if t > 0 {
+            self.fold_chain::<f32>(out, &[acc], c, Op::Sum)?;
+            self.fold_chain::<f32>(out_tail, &[acc + (c * 4) as u64], t, Op::Sum)?;
+        }
         Ok(SparseSent {
             pairs: most as u64,
             dense,
