@@ -328,7 +328,7 @@ impl<B: Backend> HierComm<B> {
     /// elements (`shard`, then `tail`, of `buf`) rounded to `precision`
     /// (divided by the job's size first with `prescale`) by the gradient
     /// layer's task, every node's gathered, widened back to `f32` and
-    /// summed in node order into place, as the host path folds them.
+    /// summed in node order into place, as the reference folds them.
     fn cross_half_in_place<T: RsElement>(
         &self,
         buf: &B::Buf<T>,
@@ -393,7 +393,7 @@ impl<B: Backend> HierComm<B> {
     /// count, then either `(index, value)` pairs padded to the longest,
     /// gathered and scatter-added from `+0.0` in node order, or, above
     /// `dense_above`, the selection dense, gathered and summed from `+0.0`
-    /// in node order: the host path's results, bit for bit. A member's
+    /// in node order: the reference's results, bit for bit. A member's
     /// pairs are its selected shard's, its padding, then its tail's; each
     /// element takes at most one pair from a member, so the order inside a
     /// member's list changes no bit.
