@@ -6,7 +6,7 @@
 //! for tests: it moves whole shards and is as slow as that sounds.
 
 use crate::error::{Error, Result};
-use cudarc::driver::CudaContext;
+use cudarc::driver::{result, CudaContext};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
@@ -237,10 +237,11 @@ impl Across for ThroughHost {
         let mut there = vec![0u8; bytes * self.members()];
         // SAFETY: the caller's promise: `bytes` at `mine`, every member's
         // room at `all`, on this device.
-        unsafe { crate::gpu::driver::copy_dtoh(&mut here, mine)? };
+        unsafe { result::memcpy_dtoh_sync(&mut here, mine)? };
         self.tcp.all_gather(&here, &mut there)?;
         // SAFETY: as above.
-        unsafe { crate::gpu::driver::copy_htod(all, &there) }
+        unsafe { result::memcpy_htod_sync(all, &there)? };
+        Ok(())
     }
 
     fn abort(&self) {

@@ -372,14 +372,6 @@ pub(crate) unsafe fn copy_htod<T>(dst: u64, data: &[T]) -> Result<()> {
     Ok(result::memcpy_htod_sync(dst, data)?)
 }
 
-/// Copies device address `src` into `data`, synchronously.
-///
-/// # Safety
-/// `src` must hold `size_of_val(data)` bytes on the bound context's device.
-pub(crate) unsafe fn copy_dtoh<T>(data: &mut [T], src: u64) -> Result<()> {
-    Ok(result::memcpy_dtoh_sync(data, src)?)
-}
-
 /// Blocks of `f`, launched `threads` wide, that fit on one multiprocessor.
 pub(crate) fn blocks_per_sm(f: &CudaFunction, threads: u32) -> Result<usize> {
     // SAFETY: a valid function handle.
