@@ -711,7 +711,6 @@ impl<B: Backend> HierComm<B> {
     }
 
     fn all_gather_steps<T: RsElement>(&self, send: &B::Buf<T>, recv: &mut B::Buf<T>) -> Result<()> {
-        let me = self.intra.local_ranks().start;
         let c = <Comm<B> as Collectives>::len_of(send);
         let (nodes, per) = (&self.nodes, self.nodes.per_node());
         if c == 0 {
@@ -727,27 +726,29 @@ impl<B: Backend> HierComm<B> {
             self.intra.all_gather(&mut r)?;
             return self.intra.synchronize();
         }
-        let mine = self.intra.read(me, send, 0..c)?;
-        let mut run = self
-            .intra
-            .upload(me, &vec![<T as bytemuck::Zeroable>::zeroed(); per * c])?;
-        self.intra.write(me, &mut run, me * c, &mine)?;
-        let mut r = [Region::InPlace {
-            buf: &mut run,
-            at: 0..per * c,
+        // The node's blocks in local order into the head of `recv` (its
+        // scratch until the end), every node's run into staging, then each
+        // block to its rank's place: nothing crosses the host.
+        let run = per * c;
+        let mut r = [Region::OutOfPlace {
+            send,
+            send_at: 0..c,
+            recv: &mut *recv,
+            recv_at: 0..run,
         }];
         self.intra.all_gather(&mut r)?;
-        self.intra.synchronize()?;
-        let node_blocks = self.intra.read(me, &run, 0..per * c)?;
-        let all = self.gather_across(&node_blocks)?;
-        let mut out = vec![T::zeroed(); nodes.world() * c];
+        let sz = std::mem::size_of::<T>();
+        let bytes = run * sz;
+        let (_staging, all) = self.staging(nodes.count() * bytes)?;
+        let b = &self.intra.b;
+        self.gather_in_place(b.addr_at(HERE, recv, 0), bytes, all)?;
         for m in 0..nodes.count() {
             for (l, &g) in nodes.members(m).iter().enumerate() {
-                let from = m * per * c + l * c;
-                out[g * c..(g + 1) * c].copy_from_slice(&all[from..from + c]);
+                let from = all + ((m * per + l) * c * sz) as u64;
+                self.fold_chain::<T>(b.addr_at(HERE, recv, g * c), &[from], c, Op::Sum)?;
             }
         }
-        self.intra.write(me, recv, 0, &out)
+        self.intra.synchronize()
     }
 
     /// Every node's `mine` (as long on every node), in node order: the
