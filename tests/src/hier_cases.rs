@@ -8,7 +8,9 @@
 use crate::data::inputs;
 use ringreduce::grad::{GradBackend, Wire};
 use ringreduce::nodes::Nodes;
-use ringreduce::reference::{hierarchical_all_reduce, hierarchical_all_reduce_wire};
+use ringreduce::reference::{
+    hierarchical_all_reduce, hierarchical_all_reduce_wire, hierarchical_reduce_scatter,
+};
 use ringreduce::{
     Collective, Collectives, GradConfig, GradSync, Op, Precision, Region, Result, Sparsity,
 };
@@ -379,6 +381,47 @@ pub fn region_cases<C: Collectives>(comm: &C, nodes: &Nodes, rank: usize) -> Res
     out.add(
         &format!("an all-reduce between overlapping ranges: {e:?}"),
         usize::from(!typed),
+    );
+
+    // Reduce-scatter and all-gather out of place between sub-ranges of
+    // longer buffers: the guards around them stay as they were.
+    let all = inputs::<f32>(26 << 32, world, world * c + 2 * guard);
+    let send = comm.upload(rank, &all[rank])?;
+    let mut recv = comm.upload(rank, &vec![-7.0f32; c + 2 * guard])?;
+    comm.reduce_scatter(
+        &mut [Region::OutOfPlace {
+            send: &send,
+            send_at: guard..guard + world * c,
+            recv: &mut recv,
+            recv_at: guard..guard + c,
+        }],
+        Op::Sum,
+    )?;
+    let parts: Vec<&[f32]> = all.iter().map(|v| &v[guard..guard + world * c]).collect();
+    let mut want = vec![-7.0f32; c + 2 * guard];
+    let algorithm = algorithm_for(Collective::ReduceScatter, c);
+    want[guard..guard + c].copy_from_slice(
+        &hierarchical_reduce_scatter(&parts, nodes, algorithm, ring, Op::Sum)[rank],
+    );
+    out.add(
+        "reduce-scatter out of place between sub-ranges",
+        differing(&comm.download(rank, &recv)?, &want),
+    );
+    let send = comm.upload(rank, &all[rank][..c + guard])?;
+    let mut recv = comm.upload(rank, &vec![-7.0f32; world * c + 2 * guard])?;
+    comm.all_gather(&mut [Region::OutOfPlace {
+        send: &send,
+        send_at: guard..guard + c,
+        recv: &mut recv,
+        recv_at: guard..guard + world * c,
+    }])?;
+    let mut want = vec![-7.0f32; world * c + 2 * guard];
+    for r in 0..world {
+        want[guard + r * c..guard + (r + 1) * c].copy_from_slice(&all[r][guard..guard + c]);
+    }
+    out.add(
+        "all-gather out of place between sub-ranges",
+        differing(&comm.download(rank, &recv)?, &want),
     );
 
     // A region of another length is a typed error.

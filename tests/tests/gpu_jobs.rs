@@ -202,7 +202,7 @@ fn gpu_hierarchical_grad(dev: usize) {
             .enumerate()
         {
             assert!(
-                code == 0 && lines.iter().any(|l| l == "ok 24 0"),
+                code == 0 && lines.iter().any(|l| l == "ok 26 0"),
                 "{hosts:?}, rank {r}: exit {code}, {lines:?}"
             );
         }

@@ -26,10 +26,11 @@ impl<B: Backend> HierComm<B> {
         Ok(self.intra.local_ranks().start)
     }
 
-    /// Any collective on one region: an in-place all-reduce runs in the
-    /// buffer; every other shape goes through a staging buffer of the
-    /// node communicator (the reduce-scatter and all-gather read their
-    /// input to the host anyway).
+    /// Any collective on one region: the all-reduce in the rank's memory
+    /// (out of place, the input copied to the output first), so the
+    /// all-gather with its input apart from its output, and so the
+    /// reduce-scatter too where each node's ranks are consecutive; the
+    /// other shapes through the host.
     fn region<T: RsElement>(
         &self,
         c: Collective,
@@ -65,6 +66,14 @@ impl<B: Backend> HierComm<B> {
                 }
             };
             return self.all_reduce_at(out, recv_at, step, None).map(|_| ());
+        }
+        let apart = send_at.end <= recv_at.start || recv_at.end <= send_at.start;
+        let apart = apart || matches!(region, Region::OutOfPlace { .. });
+        if c == Collective::AllGather && apart {
+            return self.all_gather_apart(region, send_at, recv_at);
+        }
+        if c == Collective::ReduceScatter && apart && self.runs_apart() {
+            return self.reduce_scatter_apart(region, send_at, recv_at, op);
         }
         let rl = recv_at.len();
         let input = match region {

@@ -672,6 +672,15 @@ impl<B: Backend> HierComm<B> {
             self.intra.reduce_scatter(&mut r, op)?;
             return self.intra.synchronize();
         }
+        if self.runs_apart() {
+            let mut region = Region::OutOfPlace {
+                send,
+                send_at: 0..c * nodes.world(),
+                recv,
+                recv_at: 0..c,
+            };
+            return self.reduce_scatter_apart(&mut region, 0..c * nodes.world(), 0..c, op);
+        }
         let input = self.intra.read(me, send, 0..c * nodes.world())?;
         // Node m's run: its ranks' blocks in local order; each run is
         // reduce-scattered in place, so local rank l keeps block l of it.
@@ -712,42 +721,147 @@ impl<B: Backend> HierComm<B> {
 
     fn all_gather_steps<T: RsElement>(&self, send: &B::Buf<T>, recv: &mut B::Buf<T>) -> Result<()> {
         let c = <Comm<B> as Collectives>::len_of(send);
-        let (nodes, per) = (&self.nodes, self.nodes.per_node());
+        let mut region = Region::OutOfPlace {
+            send,
+            send_at: 0..c,
+            recv,
+            recv_at: 0..self.nodes.world() * c,
+        };
+        self.all_gather_apart(&mut region, 0..c, 0..self.nodes.world() * c)
+    }
+
+    /// The all-gather of `region`, whose input (`send_at`) and output
+    /// (`recv_at`, every rank's block in rank order) lie apart, in the
+    /// rank's memory: the node's all-gather into the head of the output
+    /// (its scratch until the end), every node's run gathered into
+    /// staging, then each block copied to its rank's place (a fold of one
+    /// source, so bit for bit). Nothing crosses the host.
+    pub(crate) fn all_gather_apart<T: RsElement>(
+        &self,
+        region: &mut Region<'_, B::Buf<T>>,
+        send_at: Range<usize>,
+        recv_at: Range<usize>,
+    ) -> Result<()> {
+        let (nodes, per, c) = (&self.nodes, self.nodes.per_node(), send_at.len());
         if c == 0 {
             return Ok(());
         }
-        if nodes.is_one_node() {
-            let mut r = [Region::OutOfPlace {
-                send,
-                send_at: 0..c,
-                recv,
-                recv_at: 0..per * c,
+        let head = recv_at.start..recv_at.start + per * c;
+        {
+            let mut node = [match region {
+                Region::OutOfPlace { send, recv, .. } => Region::OutOfPlace {
+                    send: &**send,
+                    send_at,
+                    recv: &mut **recv,
+                    recv_at: head.clone(),
+                },
+                Region::Split { buf, .. } => Region::Split {
+                    buf: &mut **buf,
+                    send_at,
+                    recv_at: head.clone(),
+                },
+                Region::InPlace { .. } => {
+                    return Err(Error::Broken(
+                        "internal: an in-place all-gather has no separate input".into(),
+                    ))
+                }
             }];
-            self.intra.all_gather(&mut r)?;
+            self.intra.all_gather(&mut node)?;
+        }
+        if nodes.is_one_node() {
             return self.intra.synchronize();
         }
-        // The node's blocks in local order into the head of `recv` (its
-        // scratch until the end), every node's run into staging, then each
-        // block to its rank's place: nothing crosses the host.
-        let run = per * c;
-        let mut r = [Region::OutOfPlace {
-            send,
-            send_at: 0..c,
-            recv: &mut *recv,
-            recv_at: 0..run,
-        }];
-        self.intra.all_gather(&mut r)?;
+        let out: &B::Buf<T> = match region {
+            Region::OutOfPlace { recv, .. } => recv,
+            Region::Split { buf, .. } | Region::InPlace { buf, .. } => buf,
+        };
         let sz = std::mem::size_of::<T>();
-        let bytes = run * sz;
+        let bytes = per * c * sz;
         let (_staging, all) = self.staging(nodes.count() * bytes)?;
         let b = &self.intra.b;
-        self.gather_in_place(b.addr_at(HERE, recv, 0), bytes, all)?;
+        self.gather_in_place(b.addr_at(HERE, out, head.start), bytes, all)?;
         for m in 0..nodes.count() {
             for (l, &g) in nodes.members(m).iter().enumerate() {
                 let from = all + ((m * per + l) * c * sz) as u64;
-                self.fold_chain::<T>(b.addr_at(HERE, recv, g * c), &[from], c, Op::Sum)?;
+                let to = b.addr_at(HERE, out, recv_at.start + g * c);
+                self.fold_chain::<T>(to, &[from], c, Op::Sum)?;
             }
         }
+        self.intra.synchronize()
+    }
+
+    /// Whether every node's ranks are consecutive job ranks (node-major
+    /// placement, as torchrun and srun's block distribution place them),
+    /// so that each node's blocks of a reduce-scatter's input are one run.
+    pub(crate) fn runs_apart(&self) -> bool {
+        (0..self.nodes.count()).all(|m| {
+            let r = self.nodes.members(m);
+            r.windows(2).all(|w| w[1] == w[0] + 1)
+        })
+    }
+
+    /// The reduce-scatter of `region` (node-major placement, input and
+    /// output apart) in the rank's memory: each node's run of the input
+    /// reduce-scattered inside this node into the output, whose result,
+    /// this node's part of that node's rank's block, is copied to staging;
+    /// every node's parts gathered; this rank's block folded from them in
+    /// node order (`Avg` sums and divides once, by the job's size).
+    pub(crate) fn reduce_scatter_apart<T: RsElement>(
+        &self,
+        region: &mut Region<'_, B::Buf<T>>,
+        send_at: Range<usize>,
+        recv_at: Range<usize>,
+        op: Op,
+    ) -> Result<()> {
+        let inner = if op == Op::Avg { Op::Sum } else { op };
+        let (nodes, per, c) = (&self.nodes, self.nodes.per_node(), recv_at.len());
+        if c == 0 {
+            return Ok(());
+        }
+        let (count, sz) = (nodes.count(), std::mem::size_of::<T>());
+        let bytes = count * c * sz;
+        let (_staging, parts) = self.staging(room(bytes) + count * bytes)?;
+        let all = parts + room(bytes) as u64;
+        let b = &self.intra.b;
+        for m in 0..count {
+            let first = send_at.start + nodes.members(m)[0] * c;
+            let run = first..first + per * c;
+            let mut node = [match region {
+                Region::OutOfPlace { send, recv, .. } => Region::OutOfPlace {
+                    send: &**send,
+                    send_at: run,
+                    recv: &mut **recv,
+                    recv_at: recv_at.clone(),
+                },
+                Region::Split { buf, .. } => Region::Split {
+                    buf: &mut **buf,
+                    send_at: run,
+                    recv_at: recv_at.clone(),
+                },
+                Region::InPlace { .. } => {
+                    return Err(Error::Broken(
+                        "internal: an in-place reduce-scatter has no separate input".into(),
+                    ))
+                }
+            }];
+            self.intra.reduce_scatter(&mut node, inner)?;
+            let out = match &node[0] {
+                Region::OutOfPlace { recv, .. } => &**recv,
+                Region::Split { buf, .. } | Region::InPlace { buf, .. } => &**buf,
+            };
+            let to = parts + (m * c * sz) as u64;
+            self.fold_chain::<T>(to, &[b.addr_at(HERE, out, recv_at.start)], c, Op::Sum)?;
+        }
+        self.gather_in_place(parts, bytes, all)?;
+        let node = nodes.node_of(self.rank);
+        let from: Vec<u64> = (0..count)
+            .map(|m| all + ((m * count + node) * c * sz) as u64)
+            .collect();
+        let out: &B::Buf<T> = match region {
+            Region::OutOfPlace { recv, .. } => recv,
+            Region::Split { buf, .. } | Region::InPlace { buf, .. } => buf,
+        };
+        self.fold_chain::<T>(b.addr_at(HERE, out, recv_at.start), &from, c, op)?;
         self.intra.synchronize()
     }
 
