@@ -41,6 +41,40 @@ pub enum Region<'a, B> {
     },
 }
 
+impl<B> Region<'_, B> {
+    /// The same buffers with input `send_at` and output `recv_at`: a part
+    /// of a larger collective's region (`None` in place, which has no
+    /// separate input).
+    pub(crate) fn apart(
+        &mut self,
+        send_at: Range<usize>,
+        recv_at: Range<usize>,
+    ) -> Option<Region<'_, B>> {
+        match self {
+            Region::OutOfPlace { send, recv, .. } => Some(Region::OutOfPlace {
+                send: &**send,
+                send_at,
+                recv: &mut **recv,
+                recv_at,
+            }),
+            Region::Split { buf, .. } => Some(Region::Split {
+                buf: &mut **buf,
+                send_at,
+                recv_at,
+            }),
+            Region::InPlace { .. } => None,
+        }
+    }
+
+    /// The buffer the output is in.
+    pub(crate) fn output(&self) -> &B {
+        match self {
+            Region::OutOfPlace { recv, .. } => recv,
+            Region::Split { buf, .. } | Region::InPlace { buf, .. } => buf,
+        }
+    }
+}
+
 /// A range past a buffer's end, as the library's error.
 pub(crate) fn check_range(
     rank: usize,

@@ -747,34 +747,14 @@ impl<B: Backend> HierComm<B> {
             return Ok(());
         }
         let head = recv_at.start..recv_at.start + per * c;
-        {
-            let mut node = [match region {
-                Region::OutOfPlace { send, recv, .. } => Region::OutOfPlace {
-                    send: &**send,
-                    send_at,
-                    recv: &mut **recv,
-                    recv_at: head.clone(),
-                },
-                Region::Split { buf, .. } => Region::Split {
-                    buf: &mut **buf,
-                    send_at,
-                    recv_at: head.clone(),
-                },
-                Region::InPlace { .. } => {
-                    return Err(Error::Broken(
-                        "internal: an in-place all-gather has no separate input".into(),
-                    ))
-                }
-            }];
-            self.intra.all_gather(&mut node)?;
-        }
+        let node = region.apart(send_at, head.clone());
+        let mut node =
+            [node.ok_or_else(|| Error::Broken("internal: an in-place all-gather".into()))?];
+        self.intra.all_gather(&mut node)?;
         if nodes.is_one_node() {
             return self.intra.synchronize();
         }
-        let out: &B::Buf<T> = match region {
-            Region::OutOfPlace { recv, .. } => recv,
-            Region::Split { buf, .. } | Region::InPlace { buf, .. } => buf,
-        };
+        let out = region.output();
         let sz = std::mem::size_of::<T>();
         let bytes = per * c * sz;
         let (_staging, all) = self.staging(nodes.count() * bytes)?;
@@ -826,29 +806,12 @@ impl<B: Backend> HierComm<B> {
         for m in 0..count {
             let first = send_at.start + nodes.members(m)[0] * c;
             let run = first..first + per * c;
-            let mut node = [match region {
-                Region::OutOfPlace { send, recv, .. } => Region::OutOfPlace {
-                    send: &**send,
-                    send_at: run,
-                    recv: &mut **recv,
-                    recv_at: recv_at.clone(),
-                },
-                Region::Split { buf, .. } => Region::Split {
-                    buf: &mut **buf,
-                    send_at: run,
-                    recv_at: recv_at.clone(),
-                },
-                Region::InPlace { .. } => {
-                    return Err(Error::Broken(
-                        "internal: an in-place reduce-scatter has no separate input".into(),
-                    ))
-                }
-            }];
+            let node = region.apart(run, recv_at.clone());
+            let mut node =
+                [node
+                    .ok_or_else(|| Error::Broken("internal: an in-place reduce-scatter".into()))?];
             self.intra.reduce_scatter(&mut node, inner)?;
-            let out = match &node[0] {
-                Region::OutOfPlace { recv, .. } => &**recv,
-                Region::Split { buf, .. } | Region::InPlace { buf, .. } => &**buf,
-            };
+            let out = node[0].output();
             let to = parts + (m * c * sz) as u64;
             self.fold_chain::<T>(to, &[b.addr_at(HERE, out, recv_at.start)], c, Op::Sum)?;
         }
@@ -857,10 +820,7 @@ impl<B: Backend> HierComm<B> {
         let from: Vec<u64> = (0..count)
             .map(|m| all + ((m * count + node) * c * sz) as u64)
             .collect();
-        let out: &B::Buf<T> = match region {
-            Region::OutOfPlace { recv, .. } => recv,
-            Region::Split { buf, .. } | Region::InPlace { buf, .. } => buf,
-        };
+        let out = region.output();
         self.fold_chain::<T>(b.addr_at(HERE, out, recv_at.start), &from, c, op)?;
         self.intra.synchronize()
     }
