@@ -61,19 +61,6 @@ pub fn free_port() -> Result<u16, String> {
         .map_err(|e| format!("a free port: {e}"))
 }
 
-/// torchrun's variables for rank `r` of `n` processes on this machine,
-/// meeting at `port` on loopback.
-pub fn torchrun_env(r: usize, n: usize, port: u16) -> [(&'static str, String); 6] {
-    [
-        ("RANK", r.to_string()),
-        ("WORLD_SIZE", n.to_string()),
-        ("LOCAL_RANK", r.to_string()),
-        ("LOCAL_WORLD_SIZE", n.to_string()),
-        ("MASTER_ADDR", "127.0.0.1".to_string()),
-        ("MASTER_PORT", port.to_string()),
-    ]
-}
-
 /// Runs this bench as `n` processes with torchrun's variables (rank 0's
 /// output is this one's), on `nodes` simulated hosts when given (ranks
 /// node-major, each host named by `RINGREDUCE_HOST_NAME`), and returns
@@ -99,7 +86,7 @@ pub fn spawn_job(n: usize, nodes: Option<usize>, argv: &[String]) -> Result<i32,
         .map(|r| {
             Command::new(&exe)
                 .args(&args)
-                .envs(torchrun_env(r, n, port))
+                .envs(Launch::torchrun_vars(r, n, port))
                 .envs(nccl_env(&host(r), r, library.as_deref()))
                 .envs(nodes.map(|_| ("RINGREDUCE_HOST_NAME", host(r))))
                 .stdout(if r == 0 {

@@ -112,17 +112,10 @@ pub fn torchrun(
     port: u16,
     extra: &[(&str, String)],
 ) -> Vec<(String, String)> {
-    let mut v: Vec<(String, String)> = [
-        ("RANK", r.to_string()),
-        ("WORLD_SIZE", world.to_string()),
-        ("LOCAL_RANK", r.to_string()),
-        ("LOCAL_WORLD_SIZE", world.to_string()),
-        ("MASTER_ADDR", "127.0.0.1".into()),
-        ("MASTER_PORT", port.to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
+    let mut v: Vec<(String, String)> = ringreduce::bootstrap::Launch::torchrun_vars(r, world, port)
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
     v.extend(extra.iter().map(|(k, val)| (k.to_string(), val.clone())));
     v
 }

@@ -70,7 +70,7 @@ fn one_round(ctx: &Ctx, k: usize, deadline: Instant) -> Result<(u128, String), S
     for r in 0..k {
         let mut c = Command::new(ctx.test_bin("job"));
         c.envs(ctx.env.iter().map(|(k, v)| (k, v)))
-            .envs(crate::procs::torchrun_env(r, k, port))
+            .envs(ringreduce::bootstrap::Launch::torchrun_vars(r, k, port))
             .env("RINGREDUCE_TEST_JOB", "join")
             .env("RINGREDUCE_TEST_DEVICE", "0")
             .stdout(Stdio::piped())

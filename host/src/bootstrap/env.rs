@@ -49,6 +49,23 @@ impl Launch {
         Self::from_vars(|k| std::env::var(k).ok())
     }
 
+    /// The variables torchrun sets for rank `rank` of `world` processes
+    /// on one host meeting at `port` on loopback: what [`from_env`]
+    /// reads, for a program that starts its own ranks as torchrun would
+    /// (the bench's `--procs`, the tests' jobs).
+    ///
+    /// [`from_env`]: Self::from_env
+    pub fn torchrun_vars(rank: usize, world: usize, port: u16) -> [(&'static str, String); 6] {
+        [
+            ("RANK", rank.to_string()),
+            ("WORLD_SIZE", world.to_string()),
+            ("LOCAL_RANK", rank.to_string()),
+            ("LOCAL_WORLD_SIZE", world.to_string()),
+            ("MASTER_ADDR", "127.0.0.1".to_string()),
+            ("MASTER_PORT", port.to_string()),
+        ]
+    }
+
     /// From the variables `get` returns (the environment, or a test's).
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let num = |var: &'static str| -> Result<Option<usize>> {
@@ -240,6 +257,19 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Launch::from_vars(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn what_torchrun_vars_writes_is_read_back() {
+        let vars = Launch::torchrun_vars(2, 5, 29611);
+        let t = Launch::from_vars(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
+            .unwrap();
+        assert_eq!(t.launcher, Launcher::Torchrun);
+        assert_eq!(
+            (t.rank, t.world, t.local_rank, t.local_world),
+            (2, 5, 2, Some(5))
+        );
+        assert_eq!(t.root, "127.0.0.1:29611");
     }
 
     #[test]
