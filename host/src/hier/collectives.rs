@@ -41,6 +41,9 @@ impl<B: Backend> HierComm<B> {
         let len = |b: &B::Buf<T>| <Comm<B> as Collectives>::len_of(b);
         let me = self.intra.local_ranks().start;
         let (send_at, recv_at) = ranges_of(c, region, self.rank, world)?;
+        let apart = matches!(region, Region::OutOfPlace { .. })
+            || send_at.end <= recv_at.start
+            || recv_at.end <= send_at.start;
         if c == Collective::AllReduce {
             // In the rank's memory: the input copied to the output first
             // where they differ, then the all-reduce in place there.
@@ -51,54 +54,41 @@ impl<B: Backend> HierComm<B> {
                     self.copy_into(recv, recv_at.start, send, send_at.clone())?;
                     recv
                 }
-                Region::Split { buf, .. } => {
-                    let (s, r) = (&send_at, &recv_at);
-                    if s != r && s.start < r.end && r.start < s.end {
+                Region::Split { buf, .. } if send_at != recv_at => {
+                    if !apart {
                         return Err(Error::InPlaceMisplaced {
                             rank: self.rank,
                             collective: c.name(),
                         });
                     }
-                    if s != r {
-                        self.copy_into(buf, r.start, buf, s.clone())?;
-                    }
+                    self.copy_into(buf, recv_at.start, buf, send_at.clone())?;
                     buf
                 }
+                Region::Split { buf, .. } => buf,
             };
             return self.all_reduce_at(out, recv_at, step, None).map(|_| ());
         }
-        let apart = send_at.end <= recv_at.start || recv_at.end <= send_at.start;
-        let apart = apart || matches!(region, Region::OutOfPlace { .. });
         if c == Collective::AllGather && apart {
             return self.all_gather_apart(region, send_at, recv_at);
         }
         if c == Collective::ReduceScatter && apart && self.runs_apart() {
             return self.reduce_scatter_apart(region, send_at, recv_at, op);
         }
-        let rl = recv_at.len();
+        // The other shapes through the host: the input read, the
+        // collective on staged copies, the result written back.
         let input = match region {
             Region::OutOfPlace { send, .. } => self.intra.read(me, send, send_at)?,
             Region::Split { buf, .. } | Region::InPlace { buf, .. } => {
                 self.intra.read(me, buf, send_at)?
             }
         };
-        let mut staged = self.intra.upload(me, &input)?;
-        let out = match c {
-            Collective::AllReduce => {
-                self.all_reduce_at(&mut staged, 0..input.len(), Step::Full(op), None)?;
-                staged
-            }
-            Collective::ReduceScatter | Collective::AllGather => {
-                let zero = vec![T::zeroed(); rl];
-                let mut recv = self.intra.upload(me, &zero)?;
-                if c == Collective::ReduceScatter {
-                    self.reduce_scatter(&staged, &mut recv, op)?;
-                } else {
-                    self.all_gather(&staged, &mut recv)?;
-                }
-                recv
-            }
-        };
+        let staged = self.intra.upload(me, &input)?;
+        let mut out = self.intra.upload(me, &vec![T::zeroed(); recv_at.len()])?;
+        if c == Collective::ReduceScatter {
+            self.reduce_scatter(&staged, &mut out, op)?;
+        } else {
+            self.all_gather(&staged, &mut out)?;
+        }
         let result = self.intra.read(me, &out, 0..len(&out))?;
         match region {
             Region::OutOfPlace { recv, .. } => self.intra.write(me, recv, recv_at.start, &result),
