@@ -47,4 +47,28 @@ macro_rules! unroll8 {
 
 pub(crate) use unroll8;
 
+/// Runs `$body` once per slot `u = 0..4`, with constant `u`, as statements:
+/// the gradient layer's walks over four quads, so that the sixteen values
+/// stay in registers (a loop over them went through local memory).
+macro_rules! each4 {
+    ($u:ident => $body:expr) => {{
+        let $u = 0usize;
+        $body;
+    }
+    {
+        let $u = 1usize;
+        $body;
+    }
+    {
+        let $u = 2usize;
+        $body;
+    }
+    {
+        let $u = 3usize;
+        $body;
+    }};
+}
+
+pub(crate) use each4;
+
 const _: () = assert!(UNROLL == 8, "unroll8! expands exactly UNROLL slots");

@@ -73,6 +73,25 @@ pub(crate) fn for_each_index_uniform<L: Lanes>(g: &L, n: u64, mut f: impl FnMut(
     }
 }
 
+/// `f` of four indices a launch's stride apart per round, over `0..n`, with
+/// every lane running the same number of rounds (`None` past the end) as
+/// [`for_each_index_uniform`] does: a lane can issue the four loads of a
+/// round together, where one at a time would leave the pass latency-bound.
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
+pub(crate) fn for_each_four_uniform<L: Lanes>(g: &L, n: u64, mut f: impl FnMut([Option<u64>; 4])) {
+    let stride = g.lanes();
+    let rounds = n.div_ceil(4 * stride);
+    let mut i = g.lane();
+    for _ in 0..rounds {
+        f([0, 1, 2, 3].map(|u| {
+            let j = i + u * stride;
+            (j < n).then_some(j)
+        }));
+        i += 4 * stride;
+    }
+}
+
 /// Four `f32`s (or words) in one 16-byte access.
 #[repr(C, align(16))]
 #[derive(Clone, Copy)]

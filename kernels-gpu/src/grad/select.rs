@@ -6,8 +6,9 @@
 //! it the selection still takes (the lowest indices, see `compact`).
 
 use super::lanes::{Lanes, NO_BIN};
-use super::{for_each_index_uniform, Quad};
+use super::{for_each_four_uniform, for_each_index_uniform};
 use crate::grad::abi::{magnitude, SelectState, Task, SELECT_BINS, SELECT_PASSES};
+use crate::unroll::each4;
 
 /// A threshold no magnitude reaches (they are at most `0x7fff_ffff`).
 const NOTHING: u64 = 0x8000_0000;
@@ -73,17 +74,16 @@ pub unsafe fn histogram<L: Lanes>(g: &L, t: &Task) {
     } else {
         0
     };
-    for_each_index_uniform(g, body / 4, |q| {
-        let x = match q {
-            Some(q) => (src.add(4 * q as usize) as *const Quad<u32>)
-                .read()
-                .0
-                .map(bin),
-            None => [NO_BIN; 4],
-        };
-        for b in x {
-            g.hist_count(b);
-        }
+    for_each_four_uniform(g, body / 4, |qs| {
+        // The four loads first, then the sixteen counts.
+        let x = qs.map(|q| match q {
+            Some(q) => g.load_pack(src.add(4 * q as usize) as *const u8),
+            None => [u32::MAX; 4],
+        });
+        each4!(o => each4!(j => g.hist_count(match qs[o] {
+            Some(_) => bin(x[o][j]),
+            None => NO_BIN,
+        })));
     });
     for_each_index_uniform(g, t.n - body, |j| {
         g.hist_count(j.map_or(NO_BIN, |j| bin(src.add((body + j) as usize).read())));
