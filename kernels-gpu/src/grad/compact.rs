@@ -139,7 +139,7 @@ pub unsafe fn scan_tiles<L: Lanes>(g: &L, t: &Task, phase: u32) {
         2 => {
             let mut at = totals.add(lane as usize).read();
             for_each_run_four(counts, run, |tile, c| {
-                for (j, [above, equal]) in c.into_iter().enumerate() {
+                for (j, &[above, equal]) in c.iter().enumerate() {
                     let p = counts.add(2 * (tile as usize + j));
                     p.write(at[0]);
                     p.add(1).write(at[1]);
