@@ -124,7 +124,9 @@ pub fn all() -> Vec<Part> {
         job: Job::Mps(Box::new(Job::Sweep { common, gpu, cpu })),
     };
     // The gradient layer on the hierarchical backend: 4 processes as 2
-    // simulated hosts x 2 (MPS where present).
+    // simulated hosts x 2 (MPS where present). Loopback sockets shared by 4
+    // processes vary from call to call (the dense baseline spanned 37 to
+    // 68 ms in one run at 5 iterations), so each takes 10 to 20.
     let hier_grad = |name, about: &'static str, common, gpu| Part {
         name,
         about,
@@ -515,19 +517,19 @@ pub fn all() -> Vec<Part> {
             "hier-half-2x2",
             "2 simulated hosts x 2, the gradient layer on the hierarchical backend: f16 and bf16 (only the step between nodes in 16 bits) against the dense f32 hierarchical all-reduce of 256 MiB",
             "--procs 4 --nodes 2 --backend hier --collective half",
-            "-b 256M -e 256M -n 5 -w 2",
+            "-b 256M -e 256M -n 20 -w 3",
         ),
         hier_grad(
             "hier-sparse-2x2",
             "2 simulated hosts x 2, the gradient layer on the hierarchical backend: top-K at 0.1% to 20% (only the step between nodes sparse) against the dense f32 hierarchical all-reduce of 256 MiB, and the break-even density",
             "--procs 4 --nodes 2 --backend hier --collective sparse",
-            "-b 256M -e 256M -n 3 -w 1",
+            "-b 256M -e 256M -n 10 -w 2",
         ),
         hier_grad(
             "hier-fused-2x2",
             "2 simulated hosts x 2, the gradient layer on the hierarchical backend: ResNet-50's 161 gradients fused, streamed and in their buckets against one hierarchical all-reduce per tensor",
             "--procs 4 --nodes 2 --backend hier --collective fused",
-            "-n 5 -w 2",
+            "-n 20 -w 3",
         ),
         Part {
             name: "soak-k8",
