@@ -47,25 +47,27 @@ macro_rules! unroll8 {
 
 pub(crate) use unroll8;
 
-/// Runs `$body` once per slot `u = 0..4`, with constant `u`, as statements:
+/// Runs `$body` once per slot `u = 0..4`, with constant `u`, for its effects:
 /// the gradient layer's walks over four quads, so that the sixteen values
 /// stay in registers (a loop over them went through local memory).
 macro_rules! each4 {
     ($u:ident => $body:expr) => {{
-        let $u = 0usize;
-        $body;
-    }
-    {
-        let $u = 1usize;
-        $body;
-    }
-    {
-        let $u = 2usize;
-        $body;
-    }
-    {
-        let $u = 3usize;
-        $body;
+        {
+            let $u = 0usize;
+            $body;
+        }
+        {
+            let $u = 1usize;
+            $body;
+        }
+        {
+            let $u = 2usize;
+            $body;
+        }
+        {
+            let $u = 3usize;
+            $body;
+        }
     }};
 }
 

@@ -7,7 +7,8 @@
 
 use proptest::prelude::*;
 use ringreduce_kernels::grad::abi::{
-    half_arg, tiles_for, HalfFormat, SelectState, Task, TaskKind, PAD_INDEX, SELECT_PASSES,
+    candidates_for, half_arg, tiles_for, HalfFormat, SelectState, Task, TaskKind, PAD_INDEX,
+    SELECT_PASSES,
 };
 use ringreduce_kernels::grad::lanes::SeqLanes;
 use ringreduce_kernels::grad::run_phase;
@@ -25,8 +26,15 @@ fn run(t: Task, lanes: u64) {
 /// The top-`kk` (index, bits) pairs of `x` as the kernels write them,
 /// padded to `cap`.
 fn kernel_top_k(x: &[f32], kk: u64, cap: u64, lanes: u64) -> Vec<u64> {
+    kernel_top_k_listed(x, kk, cap, lanes, false).0
+}
+
+/// As [`kernel_top_k`], with a candidate list for the later passes where
+/// `listed`; also the number of magnitudes the narrowing pass listed.
+fn kernel_top_k_listed(x: &[f32], kk: u64, cap: u64, lanes: u64, listed: bool) -> (Vec<u64>, u64) {
     let n = x.len() as u64;
     let tiles = tiles_for(n);
+    let mut list = vec![0u32; candidates_for(n) as usize];
     let mut state: Box<SelectState> = Box::new(unsafe { std::mem::zeroed() });
     let mut counts = vec![0u64; 2 * tiles as usize];
     let mut pairs = vec![0u64; cap as usize];
@@ -45,7 +53,14 @@ fn kernel_top_k(x: &[f32], kk: u64, cap: u64, lanes: u64) -> Vec<u64> {
     };
     run(k(TaskKind::SelectTopK, kk), lanes);
     for p in 0..SELECT_PASSES {
-        run(k(TaskKind::Histogram, p), lanes);
+        let aux2 = if listed { list.as_mut_ptr() as u64 } else { 0 };
+        run(
+            Task {
+                aux2,
+                ..k(TaskKind::Histogram, p)
+            },
+            lanes,
+        );
         run(k(TaskKind::PickDigit, p), lanes);
     }
     run(k(TaskKind::CountTiles, 0), lanes);
@@ -58,7 +73,7 @@ fn kernel_top_k(x: &[f32], kk: u64, cap: u64, lanes: u64) -> Vec<u64> {
         lanes,
     );
     assert_eq!(state.count, kk.min(n));
-    pairs
+    (pairs, state.candidates)
 }
 
 fn sorted_top_k(x: &[f32], kk: usize, cap: usize) -> Vec<u64> {
@@ -99,8 +114,10 @@ proptest! {
         let n = x.len() as u64;
         let kk = ((frac * n as f64).ceil() as u64).clamp(1, n);
         let cap = kk + extra;
-        let got = kernel_top_k(x, kk, cap, lanes);
-        prop_assert_eq!(got, sorted_top_k(x, kk as usize, cap as usize));
+        let want = sorted_top_k(x, kk as usize, cap as usize);
+        prop_assert_eq!(kernel_top_k(x, kk, cap, lanes), want.clone());
+        // With the candidate list: whether it held the octave or not.
+        prop_assert_eq!(kernel_top_k_listed(x, kk, cap, lanes, true).0, want);
     }
 
     #[test]
@@ -162,4 +179,40 @@ fn negative_values_are_picked_by_magnitude() {
     let got = kernel_top_k(&x, 3, 3, 2);
     let idx: Vec<u64> = got.iter().map(|p| p & 0xffff_ffff).collect();
     assert_eq!(idx, vec![1, 2, 4]);
+}
+
+/// The candidate list's two cases, each against the sort: normally
+/// distributed values, whose octave of the K-th largest fits the list, and
+/// values in one octave, which overflow it so the later passes read every
+/// element again.
+#[test]
+fn the_candidate_list_fits_or_falls_back() {
+    // A fixed normal sample (Box-Muller over a small LCG).
+    let mut seed = 12345u64;
+    let mut uniform = || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((seed >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    let normal: Vec<f32> = (0..20_000)
+        .map(|_| {
+            ((-2.0 * uniform().ln()).sqrt() * (std::f64::consts::TAU * uniform()).cos()) as f32
+                * 1e-3
+        })
+        .collect();
+    let one_octave: Vec<f32> = (0..20_000)
+        .map(|i| 1.0 + (i % 977) as f32 / 1024.0)
+        .collect();
+    for (x, fits) in [(&normal, true), (&one_octave, false)] {
+        let n = x.len() as u64;
+        for kk in [20, 200] {
+            for lanes in [1, 5] {
+                let (got, listed) = kernel_top_k_listed(x, kk, kk, lanes, true);
+                assert_eq!(got, sorted_top_k(x, kk as usize, kk as usize));
+                assert_eq!(listed <= candidates_for(n), fits, "{listed} listed");
+                assert!(listed > 0);
+            }
+        }
+    }
 }

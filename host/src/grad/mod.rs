@@ -170,8 +170,9 @@ pub struct GradSync<'c, C: GradBackend> {
     /// Sparse scratch: g' and a packed residual.
     work: Slots<C::Buf<f32>>,
     packed_residual: Slots<C::Buf<f32>>,
-    /// Selection state, tile counts, own pairs, gathered pairs, counts.
-    words: [Slots<C::Buf<u64>>; 5],
+    /// Selection state, tile counts, own pairs, gathered pairs, counts,
+    /// the candidate list.
+    words: [Slots<C::Buf<u64>>; 6],
     half: Slots<C::Buf<half::f16>>,
     bhalf: Slots<C::Buf<half::bf16>>,
     /// Copy descriptors uploaded once and reused while they repeat.

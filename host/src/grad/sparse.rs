@@ -11,7 +11,9 @@ use super::fused::{copy_items, copy_task, reduce_plain};
 use super::{across, slot, GradSync, Slots, Sparsity};
 use crate::error::{Error, Result};
 use crate::region::Region;
-use ringreduce_kernels::grad::abi::{tiles_for, SelectState, Task, TaskKind, SELECT_PASSES};
+use ringreduce_kernels::grad::abi::{
+    candidates_for, tiles_for, SelectState, Task, TaskKind, SELECT_PASSES,
+};
 use ringreduce_kernels::{Collective, Op};
 
 /// What a sparse call sent.
@@ -223,7 +225,7 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
         let k = comm.k();
         let nn = n as u64;
         let tiles = tiles_for(nn);
-        let [states, tile_counts, pairs, gathered, counts] = &mut self.words;
+        let [states, tile_counts, pairs, gathered, counts, listed] = &mut self.words;
         let state_words = SelectState::BYTES.div_ceil(8);
         // Selection, per rank.
         let mut at = Vec::with_capacity(k);
@@ -231,6 +233,7 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
             let work = slot(comm, &mut self.work, u, q, n)?;
             let st = slot(comm, states, u, q, state_words)?;
             let tc = slot(comm, tile_counts, u, q, 2 * tiles as usize)?;
+            let li = slot(comm, listed, u, q, candidates_for(nn).div_ceil(2) as usize)?;
             let (w, s, t) = (comm.addr(u, &*work), comm.addr(u, &*st), comm.addr(u, &*tc));
             at.push((w, s, t));
             let base = Task {
@@ -248,9 +251,9 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
                 dst: w,
                 ..base
             };
-            let tasks = selection_tasks(base, feedback, sparsity);
+            let tasks = selection_tasks(base, feedback, sparsity, comm.addr(u, &*li));
             for t in tasks {
-                let h = vec![C::hold(&*work), C::hold(&*st), C::hold(&*tc)];
+                let h = vec![C::hold(&*work), C::hold(&*st), C::hold(&*tc), C::hold(&*li)];
                 // SAFETY: every address is a live buffer of this rank, of
                 // the lengths the task's `n` and `tiles` name (held).
                 unsafe { comm.run_task(u, q, t, h)? };
@@ -375,10 +378,17 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
 
 /// The tasks that select from the `n` f32s of work at `base.src` (its
 /// state at `base.state`, tile counts at `base.aux`): `feedback` (which
-/// writes `g + r` into the work), then top-K's radix passes or the
-/// threshold, then the tile counts and their scan. The flat sparse
-/// all-reduce and the hierarchical step between nodes both select so.
-pub(crate) fn selection_tasks(base: Task, feedback: Task, sparsity: Sparsity) -> Vec<Task> {
+/// writes `g + r` into the work), then top-K's radix passes (the later ones
+/// over the candidate list at `listed`, [`candidates_for`] words, where it
+/// holds them) or the threshold, then the tile counts and their scan. The
+/// flat sparse all-reduce and the hierarchical step between nodes both
+/// select so.
+pub(crate) fn selection_tasks(
+    base: Task,
+    feedback: Task,
+    sparsity: Sparsity,
+    listed: u64,
+) -> Vec<Task> {
     let mut tasks = vec![feedback];
     match sparsity {
         Sparsity::TopK(f) => {
@@ -388,13 +398,17 @@ pub(crate) fn selection_tasks(base: Task, feedback: Task, sparsity: Sparsity) ->
                 ..base
             });
             for p in 0..SELECT_PASSES {
-                for kind in [TaskKind::Histogram, TaskKind::PickDigit] {
-                    tasks.push(Task {
-                        kind: kind as u64,
-                        arg: p,
-                        ..base
-                    });
-                }
+                tasks.push(Task {
+                    kind: TaskKind::Histogram as u64,
+                    arg: p,
+                    aux2: listed,
+                    ..base
+                });
+                tasks.push(Task {
+                    kind: TaskKind::PickDigit as u64,
+                    arg: p,
+                    ..base
+                });
             }
         }
         Sparsity::Threshold(th) => tasks.push(Task {

@@ -17,7 +17,9 @@ use crate::grad::{selection_tasks, Precision, SparseSent, Sparsity, Wire};
 use crate::nodes::Nodes;
 use crate::region::Region;
 use ringreduce_kernels::abi::{LocalArgs, BATCH_RANKS};
-use ringreduce_kernels::grad::abi::{half_arg, tiles_for, SelectState, Task, TaskKind};
+use ringreduce_kernels::grad::abi::{
+    candidates_for, half_arg, tiles_for, SelectState, Task, TaskKind,
+};
 use ringreduce_kernels::plan::PACK_BYTES;
 use ringreduce_kernels::Collective;
 use ringreduce_kernels::Op;
@@ -418,16 +420,17 @@ impl<B: Backend> HierComm<B> {
             room(len * 4),
             room(SelectState::BYTES),
             room(tiles as usize * 16),
+            room(candidates_for(nn) as usize * 4),
             room(len * 4),
             room(cap * 8),
             (m * len * 4).max(m * cap * 8),
         ];
-        let mut at = [0usize; 6];
-        for i in 1..6 {
+        let mut at = [0usize; 7];
+        for i in 1..7 {
             at[i] = at[i - 1] + rooms[i - 1];
         }
-        let (mut staging, base) = self.staging(at[5] + rooms[5])?;
-        let [work, state, tile_counts, acc, pairs, all] = at.map(|a| base + a as u64);
+        let (mut staging, base) = self.staging(at[6] + rooms[6])?;
+        let [work, state, tile_counts, listed, acc, pairs, all] = at.map(|a| base + a as u64);
         let out = b.addr_at(HERE, buf, shard.start);
         let out_tail = b.addr_at(HERE, buf, tail.start);
         let res = residual.map_or(0, |r| b.addr_at(HERE, r, shard.start));
@@ -460,7 +463,7 @@ impl<B: Backend> HierComm<B> {
             ..Task::default()
         };
         if c > 0 {
-            for t in selection_tasks(select, feedback(out, res, work, c), sparsity) {
+            for t in selection_tasks(select, feedback(out, res, work, c), sparsity, listed) {
                 task(t)?;
             }
         }

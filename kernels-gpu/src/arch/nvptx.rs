@@ -511,6 +511,11 @@ unsafe impl crate::grad::lanes::Lanes for GpuLanes {
         );
     }
 
+    #[inline(always)]
+    unsafe fn reserve(&self, count: *mut u64, want: u32) -> u64 {
+        warp_reserve(count, want)
+    }
+
     /// A block barrier, then one global add per non-zero shared bin.
     #[inline(always)]
     unsafe fn hist_flush(&self, global: *mut u32) {
@@ -530,6 +535,51 @@ unsafe impl crate::grad::lanes::Lanes for GpuLanes {
             b += ntid;
         }
     }
+}
+
+/// The warp's wants summed by a shuffle scan, one relaxed atomic add by
+/// lane 0, its old value broadcast, and each lane's first slot after the
+/// wants of the lanes below it.
+#[inline(always)]
+unsafe fn warp_reserve(count: *mut u64, want: u32) -> u64 {
+    let first: u64;
+    asm!(
+        "{{",
+        ".reg .pred %wp, %wq;",
+        ".reg .b32 %wx, %wy, %wt, %wl, %wlo, %whi;",
+        ".reg .b64 %wb, %wn;",
+        "mov.u32 %wx, {want};",
+        "shfl.sync.up.b32 %wy|%wp, %wx, 1, 0, 0xffffffff;",
+        "@%wp add.u32 %wx, %wx, %wy;",
+        "shfl.sync.up.b32 %wy|%wp, %wx, 2, 0, 0xffffffff;",
+        "@%wp add.u32 %wx, %wx, %wy;",
+        "shfl.sync.up.b32 %wy|%wp, %wx, 4, 0, 0xffffffff;",
+        "@%wp add.u32 %wx, %wx, %wy;",
+        "shfl.sync.up.b32 %wy|%wp, %wx, 8, 0, 0xffffffff;",
+        "@%wp add.u32 %wx, %wx, %wy;",
+        "shfl.sync.up.b32 %wy|%wp, %wx, 16, 0, 0xffffffff;",
+        "@%wp add.u32 %wx, %wx, %wy;",
+        "shfl.sync.idx.b32 %wt, %wx, 31, 0x1f, 0xffffffff;",
+        "mov.u32 %wl, %laneid;",
+        "setp.eq.u32 %wq, %wl, 0;",
+        "setp.ne.and.u32 %wq, %wt, 0, %wq;",
+        "mov.u64 %wb, 0;",
+        "cvt.u64.u32 %wn, %wt;",
+        "@%wq atom.relaxed.gpu.global.add.u64 %wb, [{count}], %wn;",
+        "mov.b64 {{%wlo, %whi}}, %wb;",
+        "shfl.sync.idx.b32 %wlo, %wlo, 0, 0x1f, 0xffffffff;",
+        "shfl.sync.idx.b32 %whi, %whi, 0, 0x1f, 0xffffffff;",
+        "mov.b64 %wb, {{%wlo, %whi}};",
+        "sub.u32 %wx, %wx, {want};",
+        "cvt.u64.u32 %wn, %wx;",
+        "add.u64 {first}, %wb, %wn;",
+        "}}",
+        want = in(reg32) want,
+        count = in(reg64) count,
+        first = out(reg64) first,
+        options(nostack)
+    );
+    first
 }
 
 /// The shared address of the `mbarrier` that opens slice `slice`: one per

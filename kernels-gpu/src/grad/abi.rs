@@ -21,7 +21,10 @@ pub enum TaskKind {
     /// Starts a threshold selection: every magnitude with bits `>= arg`.
     SelectThreshold = 5,
     /// Radix-select pass `arg`: histogram of the next digit of the
-    /// magnitudes of `src` that match the state's prefix.
+    /// magnitudes of `src` that match the state's prefix. With `aux2` not
+    /// 0, a candidate list of [`candidates_for`]`(n)` words: pass
+    /// [`NARROW_PASS`] also appends the matching magnitudes to it, and the
+    /// later passes read it instead of `src` where it held them all.
     Histogram = 6,
     /// Radix-select pass `arg`, one lane: picks the digit whose bin holds
     /// the K-th largest magnitude.
@@ -167,6 +170,19 @@ pub const TASK_MIN_BLOCKS_PER_SM: u32 = 2;
 pub const SELECT_PASSES: u64 = 4;
 pub const SELECT_BINS: usize = 256;
 
+/// The pass that lists the magnitudes it counts, once the first digit has
+/// narrowed them to one exponent's octave, so that the later passes read
+/// that list rather than every element again.
+pub const NARROW_PASS: u64 = 1;
+
+/// Words of a selection's candidate list over `n` elements: a quarter,
+/// which holds the octave of the K-th largest magnitude of normally
+/// distributed values at densities up to 2% (at most 22% of them fall in
+/// that octave); where it holds more, the later passes read every element.
+pub const fn candidates_for(n: u64) -> u64 {
+    n / 4 + 4
+}
+
 /// The selection a sparse call builds up on the device, so that no step
 /// waits for the host: the radix select narrows `prefix`, then the
 /// compaction counts.
@@ -181,6 +197,9 @@ pub struct SelectState {
     pub remaining: u64,
     /// Selected elements (after the scan).
     pub count: u64,
+    /// Magnitudes the narrowing pass listed (more than the list holds
+    /// when it overflowed).
+    pub candidates: u64,
     pub hist: [u32; SELECT_BINS],
     /// The scan's per-lane totals: above, equal.
     pub lane_totals: [[u64; 2]; SCAN_LANES],

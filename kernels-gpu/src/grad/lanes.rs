@@ -67,6 +67,16 @@ pub unsafe trait Lanes {
     /// As for [`hist_begin`](Self::hist_begin); `global` must hold
     /// [`SELECT_BINS`] 4-byte-aligned counts.
     unsafe fn hist_flush(&self, global: *mut u32);
+    /// Reserves `want` slots of a list whose length is the counter at
+    /// `count`, and returns the first: the GPU sums its warp's wants and
+    /// adds them with one atomic, where one per lane would queue a whole
+    /// pass's worth on one address.
+    ///
+    /// # Safety
+    /// Every lane of a warp calls it together (a uniform loop), as for
+    /// [`hist_count`](Self::hist_count); `count` must be valid and 8-byte
+    /// aligned, and touched by nothing else during the task.
+    unsafe fn reserve(&self, count: *mut u64, want: u32) -> u64;
 }
 
 /// The bin of an element a histogram does not count.
@@ -114,5 +124,10 @@ unsafe impl Lanes for SeqLanes {
             let p = global.add(b);
             p.write(p.read() + c);
         }
+    }
+    unsafe fn reserve(&self, count: *mut u64, want: u32) -> u64 {
+        let first = count.read();
+        count.write(first + want as u64);
+        first
     }
 }

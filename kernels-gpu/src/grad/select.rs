@@ -7,7 +7,9 @@
 
 use super::lanes::{Lanes, NO_BIN};
 use super::{for_each_four_uniform, for_each_index_uniform};
-use crate::grad::abi::{magnitude, SelectState, Task, SELECT_BINS, SELECT_PASSES};
+use crate::grad::abi::{
+    candidates_for, magnitude, SelectState, Task, NARROW_PASS, SELECT_BINS, SELECT_PASSES,
+};
 use crate::unroll::each4;
 
 /// A threshold no magnitude reaches (they are at most `0x7fff_ffff`).
@@ -43,6 +45,7 @@ unsafe fn reset(s: *mut SelectState, threshold: u64, take_equal: u64, remaining:
     (*s).take_equal = take_equal;
     (*s).remaining = remaining;
     (*s).count = 0;
+    (*s).candidates = 0;
     for b in 0..SELECT_BINS {
         (*s).hist[b] = 0;
     }
@@ -50,13 +53,15 @@ unsafe fn reset(s: *mut SelectState, threshold: u64, take_equal: u64, remaining:
 
 /// Pass `arg`: counts the digit of every magnitude of `src` whose higher
 /// digits are the ones chosen so far, in each block's private histogram
-/// first (the first digit of real gradients falls in a few hot bins).
+/// first (the first digit of real gradients falls in a few hot bins). With
+/// a candidate list (`aux2`), pass [`NARROW_PASS`] also lists the matching
+/// magnitudes, and a later pass counts that list instead where it holds
+/// them all: every magnitude a later pass counts matches the first digits.
 ///
 /// # Safety
 /// As for [`super::run_phase`].
 pub unsafe fn histogram<L: Lanes>(g: &L, t: &Task) {
     let s = t.state as *mut SelectState;
-    let src = t.src as *const u32;
     let sh = shift(t.arg);
     let prefix = (*s).threshold >> (sh + 8);
     let bin = |bits: u32| {
@@ -67,28 +72,90 @@ pub unsafe fn histogram<L: Lanes>(g: &L, t: &Task) {
             NO_BIN
         }
     };
+    let list = t.aux2 as *mut u32;
+    let (cap, listed) = (
+        candidates_for(t.n),
+        core::ptr::addr_of_mut!((*s).candidates),
+    );
     g.hist_begin();
-    // Quads where `src` allows, then the rest; both loops are uniform.
-    let body = if t.src.is_multiple_of(16) {
-        t.n & !3
+    if !list.is_null() && t.arg == NARROW_PASS {
+        // Each lane lists its matches of a round after one reservation.
+        let put = |slot: u64, bits: u32| {
+            if slot < cap {
+                list.add(slot as usize).write(magnitude(bits));
+            }
+        };
+        each_round(
+            g,
+            t.src,
+            t.n,
+            |x, valid| {
+                let b = [0, 1, 2, 3].map(|o| x[o].map(|w| if valid[o] { bin(w) } else { NO_BIN }));
+                let mut want = 0;
+                each4!(o => each4!(j => {
+                    g.hist_count(b[o][j]);
+                    want += (b[o][j] != NO_BIN) as u32;
+                }));
+                let mut slot = g.reserve(listed, want);
+                each4!(o => each4!(j => if b[o][j] != NO_BIN {
+                    put(slot, x[o][j]);
+                    slot += 1;
+                }));
+            },
+            |w| {
+                let b = w.map_or(NO_BIN, bin);
+                g.hist_count(b);
+                let slot = g.reserve(listed, (b != NO_BIN) as u32);
+                if let Some(w) = w.filter(|_| b != NO_BIN) {
+                    put(slot, w);
+                }
+            },
+        );
     } else {
-        0
-    };
+        let (words, n) = if !list.is_null() && t.arg > NARROW_PASS && listed.read() <= cap {
+            (t.aux2, listed.read())
+        } else {
+            (t.src, t.n)
+        };
+        each_round(
+            g,
+            words,
+            n,
+            |x, valid| each4!(o => each4!(j => g.hist_count(if valid[o] { bin(x[o][j]) } else { NO_BIN }))),
+            |w| g.hist_count(w.map_or(NO_BIN, bin)),
+        );
+    }
+    g.hist_flush(core::ptr::addr_of_mut!((*s).hist) as *mut u32);
+}
+
+/// The `n` words at `p` in uniform rounds: `four(quads, valid)` with the
+/// four quads a lane loads together (where `p` is 16-byte aligned; a quad
+/// past the end is not valid), then `one(word)` for each word left (`None`
+/// past the end). Every lane of the launch runs the same rounds, so that
+/// the warp-wide counts and reservations of the callers line up.
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
+unsafe fn each_round<L: Lanes>(
+    g: &L,
+    p: u64,
+    n: u64,
+    mut four: impl FnMut([[u32; 4]; 4], [bool; 4]),
+    one: impl FnMut(Option<u32>),
+) {
+    let words = p as *const u32;
+    let body = if p.is_multiple_of(16) { n & !3 } else { 0 };
     for_each_four_uniform(g, body / 4, |qs| {
-        // The four loads first, then the sixteen counts.
+        // The four loads first, then the work on them.
         let x = qs.map(|q| match q {
-            Some(q) => g.load_pack(src.add(4 * q as usize) as *const u8),
+            Some(q) => g.load_pack(words.add(4 * q as usize) as *const u8),
             None => [u32::MAX; 4],
         });
-        each4!(o => each4!(j => g.hist_count(match qs[o] {
-            Some(_) => bin(x[o][j]),
-            None => NO_BIN,
-        })));
+        four(x, qs.map(|q| q.is_some()));
     });
-    for_each_index_uniform(g, t.n - body, |j| {
-        g.hist_count(j.map_or(NO_BIN, |j| bin(src.add((body + j) as usize).read())));
+    let mut one = one;
+    for_each_index_uniform(g, n - body, |j| {
+        one(j.map(|j| words.add((body + j) as usize).read()))
     });
-    g.hist_flush(core::ptr::addr_of_mut!((*s).hist) as *mut u32);
 }
 
 /// Lane 0 of pass `arg`: the digit holding the `remaining`-th largest of
