@@ -29,17 +29,23 @@ fn kernel_top_k(x: &[f32], kk: u64, cap: u64, lanes: u64) -> Vec<u64> {
     kernel_top_k_listed(x, kk, cap, lanes, false).0
 }
 
-/// As [`kernel_top_k`], with a candidate list for the later passes where
-/// `listed`; also the number of magnitudes the narrowing pass listed.
+/// As [`kernel_top_k`], as the sparse paths run it where `listed`: the
+/// input copied to a work array by the feedback task, which counts the
+/// first pass, and a candidate list for the later passes; also the number
+/// of magnitudes the narrowing pass listed.
 fn kernel_top_k_listed(x: &[f32], kk: u64, cap: u64, lanes: u64, listed: bool) -> (Vec<u64>, u64) {
     let n = x.len() as u64;
     let tiles = tiles_for(n);
     let mut list = vec![0u32; candidates_for(n) as usize];
+    let mut work = x.to_vec();
+    if listed {
+        work.iter_mut().for_each(|w| *w = f32::NAN);
+    }
     let mut state: Box<SelectState> = Box::new(unsafe { std::mem::zeroed() });
     let mut counts = vec![0u64; 2 * tiles as usize];
     let mut pairs = vec![0u64; cap as usize];
     let base = Task {
-        src: x.as_ptr() as u64,
+        src: work.as_ptr() as u64,
         state: &mut *state as *mut SelectState as u64,
         aux: counts.as_mut_ptr() as u64,
         n,
@@ -52,7 +58,21 @@ fn kernel_top_k_listed(x: &[f32], kk: u64, cap: u64, lanes: u64, listed: bool) -
         ..base
     };
     run(k(TaskKind::SelectTopK, kk), lanes);
+    if listed {
+        let copy = Task {
+            kind: TaskKind::Feedback as u64,
+            src: x.as_ptr() as u64,
+            dst: work.as_mut_ptr() as u64,
+            aux: 0,
+            ..base
+        };
+        run(copy, lanes);
+    }
     for p in 0..SELECT_PASSES {
+        if listed && p == 0 {
+            run(k(TaskKind::PickDigit, p), lanes);
+            continue;
+        }
         let aux2 = if listed { list.as_mut_ptr() as u64 } else { 0 };
         run(
             Task {
@@ -150,7 +170,22 @@ proptest! {
         let read = |p: *const u32| (0..n).map(|i| unsafe { p.add(i).read() }).collect::<Vec<u32>>();
         run(task(TaskKind::Feedback, a, b, d, 0), lanes);
         let want: Vec<u32> = (0..n).map(|i| (v[i] + r[i]).to_bits()).collect();
-        prop_assert_eq!(read(d), want);
+        prop_assert_eq!(read(d), want.clone());
+        // With a selection's state: the same sums, and their first digits
+        // counted (with and without a residual).
+        for (aux, want) in [(b as *const u32, want), (std::ptr::null(), v.iter().map(|x| x.to_bits()).collect())] {
+            let mut state: Box<SelectState> = Box::new(unsafe { std::mem::zeroed() });
+            let state_at = &mut *state as *mut SelectState as u64;
+            run(Task { kind: TaskKind::SelectTopK as u64, state: state_at, arg: 1, ..Task::default() }, lanes);
+            run(task(TaskKind::Fill, a, b, d, 7), lanes);
+            run(Task { state: state_at, ..task(TaskKind::Feedback, a, aux, d, 0) }, lanes);
+            prop_assert_eq!(read(d), want.clone());
+            let mut hist = [0u32; 256];
+            for w in &want {
+                hist[((w & 0x7fff_ffff) >> 24) as usize] += 1;
+            }
+            prop_assert_eq!(state.hist, hist);
+        }
         run(task(TaskKind::Fill, a, b, d, 7), lanes);
         prop_assert_eq!(read(d), vec![7; n]);
         // To halves at `d` (as u16s), and back into `b`.

@@ -378,9 +378,10 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
 
 /// The tasks that select from the `n` f32s of work at `base.src` (its
 /// state at `base.state`, tile counts at `base.aux`): `feedback` (which
-/// writes `g + r` into the work), then top-K's radix passes (the later ones
-/// over the candidate list at `listed`, [`candidates_for`] words, where it
-/// holds them) or the threshold, then the tile counts and their scan. The
+/// writes `g + r` into the work, and for top-K counts its first radix pass
+/// on the way), then top-K's radix passes (the last two over the candidate
+/// list at `listed`, [`candidates_for`] words, where it holds them) or the
+/// threshold, then the tile counts and their scan. The
 /// flat sparse all-reduce and the hierarchical step between nodes both
 /// select so.
 pub(crate) fn selection_tasks(
@@ -389,7 +390,11 @@ pub(crate) fn selection_tasks(
     sparsity: Sparsity,
     listed: u64,
 ) -> Vec<Task> {
-    let mut tasks = vec![feedback];
+    debug_assert_eq!(
+        feedback.dst, base.src,
+        "the selection reads what feedback writes"
+    );
+    let mut tasks = Vec::new();
     match sparsity {
         Sparsity::TopK(f) => {
             tasks.push(Task {
@@ -397,13 +402,20 @@ pub(crate) fn selection_tasks(
                 arg: Sparsity::k_of(f, base.n),
                 ..base
             });
+            // The feedback counts pass 0 as it writes the sums.
+            tasks.push(Task {
+                state: base.state,
+                ..feedback
+            });
             for p in 0..SELECT_PASSES {
-                tasks.push(Task {
-                    kind: TaskKind::Histogram as u64,
-                    arg: p,
-                    aux2: listed,
-                    ..base
-                });
+                if p > 0 {
+                    tasks.push(Task {
+                        kind: TaskKind::Histogram as u64,
+                        arg: p,
+                        aux2: listed,
+                        ..base
+                    });
+                }
                 tasks.push(Task {
                     kind: TaskKind::PickDigit as u64,
                     arg: p,
@@ -411,11 +423,14 @@ pub(crate) fn selection_tasks(
                 });
             }
         }
-        Sparsity::Threshold(th) => tasks.push(Task {
-            kind: TaskKind::SelectThreshold as u64,
-            arg: th.abs().to_bits() as u64,
-            ..base
-        }),
+        Sparsity::Threshold(th) => {
+            tasks.push(feedback);
+            tasks.push(Task {
+                kind: TaskKind::SelectThreshold as u64,
+                arg: th.abs().to_bits() as u64,
+                ..base
+            });
+        }
     }
     for kind in [TaskKind::CountTiles, TaskKind::ScanTiles] {
         tasks.push(Task {

@@ -15,6 +15,8 @@ pub enum TaskKind {
     /// `dst[i] = to_f32(src[i])`, `arg` = the [`HalfFormat`].
     FromHalf = 2,
     /// Error feedback: `dst[i] = src[i] + aux[i]` (`aux` may be 0: a copy).
+    /// With `state` not 0, also the radix select's pass 0 over the sums, of
+    /// a top-K selection just started there.
     Feedback = 3,
     /// Starts a top-`arg` selection in the [`SelectState`] at `state`.
     SelectTopK = 4,

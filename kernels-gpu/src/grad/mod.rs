@@ -31,6 +31,7 @@ pub unsafe fn run_phase<L: Lanes>(g: &L, t: &Task, phase: u32) {
         TaskKind::CopyRange => copy::range(g, t),
         TaskKind::ToHalf => convert::to_half(g, t),
         TaskKind::FromHalf => convert::from_half(g, t),
+        TaskKind::Feedback if t.state != 0 => select::feedback_first_pass(g, t),
         TaskKind::Feedback => convert::feedback(g, t),
         TaskKind::SelectTopK => select::start_top_k(g, t),
         TaskKind::SelectThreshold => select::start_threshold(g, t),

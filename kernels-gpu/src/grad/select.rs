@@ -128,6 +128,65 @@ pub unsafe fn histogram<L: Lanes>(g: &L, t: &Task) {
     g.hist_flush(core::ptr::addr_of_mut!((*s).hist) as *mut u32);
 }
 
+/// Error feedback with the selection's first pass folded in: `dst[i] =
+/// src[i] + aux[i]` (a copy without `aux`), as [`super::convert::feedback`]
+/// writes it, and each sum's first digit counted as [`histogram`]'s pass 0
+/// would count it, so that pass need not read the sums again.
+///
+/// # Safety
+/// As for [`super::run_phase`]; the state's selection started, with nothing
+/// chosen yet; `dst` may be `src` or `aux`.
+pub unsafe fn feedback_first_pass<L: Lanes>(g: &L, t: &Task) {
+    let s = t.state as *mut SelectState;
+    let (src, res, dst) = (t.src as *const f32, t.aux as *const f32, t.dst as *mut f32);
+    let digit = |x: f32| magnitude(x.to_bits()) >> shift(0);
+    let aligned = super::all_aligned(&[(t.src, 16), (t.aux, 16), (t.dst, 16)]);
+    let body = if aligned { t.n & !3 } else { 0 };
+    let quad = |p: *const f32, q: u64| {
+        g.load_pack(p.add(4 * q as usize) as *const u8)
+            .map(f32::from_bits)
+    };
+    g.hist_begin();
+    for_each_four_uniform(g, body / 4, |qs| {
+        // The eight loads first, then the four stores and sixteen counts.
+        let x = qs.map(|q| q.map_or([0.0; 4], |q| quad(src, q)));
+        let r = qs.map(|q| match q {
+            Some(q) if !res.is_null() => quad(res, q),
+            _ => [0.0; 4],
+        });
+        let sum = [0, 1, 2, 3].map(|o| {
+            if res.is_null() {
+                x[o]
+            } else {
+                [0, 1, 2, 3].map(|j| x[o][j] + r[o][j])
+            }
+        });
+        each4!(o => if let Some(q) = qs[o] {
+            g.store_pack(dst.add(4 * q as usize) as *mut u8, sum[o].map(f32::to_bits));
+        });
+        each4!(o => each4!(j => g.hist_count(match qs[o] {
+            Some(_) => digit(sum[o][j]),
+            None => NO_BIN,
+        })));
+    });
+    for_each_index_uniform(g, t.n - body, |j| {
+        let b = match j {
+            Some(j) => {
+                let i = (body + j) as usize;
+                let mut x = src.add(i).read();
+                if !res.is_null() {
+                    x += res.add(i).read();
+                }
+                dst.add(i).write(x);
+                digit(x)
+            }
+            None => NO_BIN,
+        };
+        g.hist_count(b);
+    });
+    g.hist_flush(core::ptr::addr_of_mut!((*s).hist) as *mut u32);
+}
+
 /// The `n` words at `p` in uniform rounds: `four(quads, valid)` with the
 /// four quads a lane loads together (where `p` is 16-byte aligned; a quad
 /// past the end is not valid), then `one(word)` for each word left (`None`
