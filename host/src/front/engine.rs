@@ -123,6 +123,11 @@ pub trait Engine: Sized {
     /// A new buffer on rank `rank` holding `data` (here and below, `rank`
     /// counts the local ranks: the front end checked and translated it).
     fn upload<T: RsElement>(&self, rank: usize, data: &[T]) -> Result<Self::Buf<T>>;
+    /// A new buffer of `n` zeros on rank `rank`, made where the buffers
+    /// live: scratch that needs no data from the host.
+    fn zeroed<T: RsElement>(&self, rank: usize, n: usize) -> Result<Self::Buf<T>> {
+        self.upload(rank, &vec![T::zeroed(); n])
+    }
     /// Elements of a buffer.
     fn len_of<T: RsElement>(buf: &Self::Buf<T>) -> usize;
     /// Elements `at` of a rank's buffer (the front end checked the range),

@@ -540,6 +540,10 @@ impl Engine for GpuBackend {
     fn upload<T: RsElement>(&self, rank: usize, data: &[T]) -> Result<CudaSlice<T>> {
         Ok(self.streams[rank].clone_htod(data)?)
     }
+    /// Zeroed on the device, in the rank's stream order: no host copy.
+    fn zeroed<T: RsElement>(&self, rank: usize, n: usize) -> Result<CudaSlice<T>> {
+        Ok(self.streams[rank].alloc_zeros::<T>(n)?)
+    }
     fn len_of<T: RsElement>(buf: &CudaSlice<T>) -> usize {
         buf.len()
     }

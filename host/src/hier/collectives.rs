@@ -4,7 +4,7 @@
 //! rank's node communicator's; the collectives are the hierarchical ones,
 //! which wait for their result.
 
-use super::{HierComm, Step};
+use super::{HierComm, Step, HERE};
 use crate::collectives::Collectives;
 use crate::config::CommConfig;
 use crate::cpu::CpuBackend;
@@ -28,9 +28,10 @@ impl<B: Backend> HierComm<B> {
 
     /// Any collective on one region: the all-reduce in the rank's memory
     /// (out of place, the input copied to the output first), so the
-    /// all-gather with its input apart from its output, and so the
-    /// reduce-scatter too where each node's ranks are consecutive; the
-    /// other shapes through the host.
+    /// all-gather, and so the reduce-scatter too where each node's ranks
+    /// are consecutive (in place, the input copied to device scratch
+    /// first, then as with input apart from output); the reduce-scatter
+    /// of other placements through the host.
     fn region<T: RsElement>(
         &self,
         c: Collective,
@@ -68,14 +69,19 @@ impl<B: Backend> HierComm<B> {
             };
             return self.all_reduce_at(out, recv_at, step, None).map(|_| ());
         }
+        let in_memory = c == Collective::AllGather || self.runs_apart();
+        if in_memory && !apart {
+            return self.in_place_via_scratch(c, region, send_at, recv_at, op);
+        }
         if c == Collective::AllGather && apart {
             return self.all_gather_apart(region, send_at, recv_at);
         }
         if c == Collective::ReduceScatter && apart && self.runs_apart() {
             return self.reduce_scatter_apart(region, send_at, recv_at, op);
         }
-        // The other shapes through the host: the input read, the
-        // collective on staged copies, the result written back.
+        // The reduce-scatter of other placements through the host: the
+        // input read, the collective on staged copies, the result written
+        // back.
         let input = match region {
             Region::OutOfPlace { send, .. } => self.intra.read(me, send, send_at)?,
             Region::Split { buf, .. } | Region::InPlace { buf, .. } => {
@@ -95,6 +101,39 @@ impl<B: Backend> HierComm<B> {
             Region::Split { buf, .. } | Region::InPlace { buf, .. } => {
                 self.intra.write(me, buf, recv_at.start, &result)
             }
+        }
+    }
+}
+
+impl<B: Backend> HierComm<B> {
+    /// An all-gather or node-major reduce-scatter whose input overlaps its
+    /// output: the input copied to device scratch, then the path for input
+    /// apart from output, which waits for its result before the scratch
+    /// goes.
+    fn in_place_via_scratch<T: RsElement>(
+        &self,
+        c: Collective,
+        region: &mut Region<'_, B::Buf<T>>,
+        send_at: Range<usize>,
+        recv_at: Range<usize>,
+        op: Op,
+    ) -> Result<()> {
+        let (Region::InPlace { buf, .. } | Region::Split { buf, .. }) = region else {
+            return Err(Error::Broken("internal: apart ranges in place".into()));
+        };
+        let n = send_at.len();
+        let scratch = self.intra.b.zeroed::<T>(HERE, n)?;
+        self.copy_into(&scratch, 0, buf, send_at)?;
+        let mut apart = Region::OutOfPlace {
+            send: &scratch,
+            send_at: 0..n,
+            recv: buf,
+            recv_at: recv_at.clone(),
+        };
+        if c == Collective::AllGather {
+            self.all_gather_apart(&mut apart, 0..n, recv_at)
+        } else {
+            self.reduce_scatter_apart(&mut apart, 0..n, recv_at, op)
         }
     }
 }
