@@ -66,6 +66,34 @@ impl<B> Region<'_, B> {
         }
     }
 
+    /// The same output, with input `send_at` of another buffer: a part
+    /// whose input was gathered elsewhere first.
+    pub(crate) fn with_input<'s>(
+        &'s mut self,
+        send: &'s B,
+        send_at: Range<usize>,
+        recv_at: Range<usize>,
+    ) -> Region<'s, B> {
+        let recv = match self {
+            Region::OutOfPlace { recv, .. } => &mut **recv,
+            Region::Split { buf, .. } | Region::InPlace { buf, .. } => &mut **buf,
+        };
+        Region::OutOfPlace {
+            send,
+            send_at,
+            recv,
+            recv_at,
+        }
+    }
+
+    /// The buffer the input is in.
+    pub(crate) fn input(&self) -> &B {
+        match self {
+            Region::OutOfPlace { send, .. } => send,
+            Region::Split { buf, .. } | Region::InPlace { buf, .. } => buf,
+        }
+    }
+
     /// The buffer the output is in.
     pub(crate) fn output(&self) -> &B {
         match self {

@@ -26,12 +26,10 @@ impl<B: Backend> HierComm<B> {
         Ok(self.intra.local_ranks().start)
     }
 
-    /// Any collective on one region: the all-reduce in the rank's memory
-    /// (out of place, the input copied to the output first), so the
-    /// all-gather, and so the reduce-scatter too where each node's ranks
-    /// are consecutive (in place, the input copied to device scratch
-    /// first, then as with input apart from output); the reduce-scatter
-    /// of other placements through the host.
+    /// Any collective on one region, in the rank's memory: the all-reduce
+    /// (out of place, the input copied to the output first), the
+    /// all-gather and the reduce-scatter (in place, the input copied to
+    /// device scratch first, then as with input apart from output).
     fn region<T: RsElement>(
         &self,
         c: Collective,
@@ -39,8 +37,6 @@ impl<B: Backend> HierComm<B> {
         op: Op,
     ) -> Result<()> {
         let world = self.nodes.world();
-        let len = |b: &B::Buf<T>| <Comm<B> as Collectives>::len_of(b);
-        let me = self.intra.local_ranks().start;
         let (send_at, recv_at) = ranges_of(c, region, self.rank, world)?;
         let apart = matches!(region, Region::OutOfPlace { .. })
             || send_at.end <= recv_at.start
@@ -69,45 +65,18 @@ impl<B: Backend> HierComm<B> {
             };
             return self.all_reduce_at(out, recv_at, step, None).map(|_| ());
         }
-        let in_memory = c == Collective::AllGather || self.runs_apart();
-        if in_memory && !apart {
+        if !apart {
             return self.in_place_via_scratch(c, region, send_at, recv_at, op);
         }
-        if c == Collective::AllGather && apart {
+        if c == Collective::AllGather {
             return self.all_gather_apart(region, send_at, recv_at);
         }
-        if c == Collective::ReduceScatter && apart && self.runs_apart() {
-            return self.reduce_scatter_apart(region, send_at, recv_at, op);
-        }
-        // The reduce-scatter of other placements through the host: the
-        // input read, the collective on staged copies, the result written
-        // back.
-        let input = match region {
-            Region::OutOfPlace { send, .. } => self.intra.read(me, send, send_at)?,
-            Region::Split { buf, .. } | Region::InPlace { buf, .. } => {
-                self.intra.read(me, buf, send_at)?
-            }
-        };
-        let staged = self.intra.upload(me, &input)?;
-        let mut out = self.intra.upload(me, &vec![T::zeroed(); recv_at.len()])?;
-        if c == Collective::ReduceScatter {
-            self.reduce_scatter(&staged, &mut out, op)?;
-        } else {
-            self.all_gather(&staged, &mut out)?;
-        }
-        let result = self.intra.read(me, &out, 0..len(&out))?;
-        match region {
-            Region::OutOfPlace { recv, .. } => self.intra.write(me, recv, recv_at.start, &result),
-            Region::Split { buf, .. } | Region::InPlace { buf, .. } => {
-                self.intra.write(me, buf, recv_at.start, &result)
-            }
-        }
+        self.reduce_scatter_apart(region, send_at, recv_at, op)
     }
 }
 
 impl<B: Backend> HierComm<B> {
-    /// An all-gather or node-major reduce-scatter whose input overlaps its
-    /// output: the input copied to device scratch, then the path for input
+    /// An all-gather or reduce-scatter whose input overlaps its output: the input copied to device scratch, then the path for input
     /// apart from output, which waits for its result before the scratch
     /// goes.
     fn in_place_via_scratch<T: RsElement>(

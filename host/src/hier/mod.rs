@@ -658,8 +658,6 @@ impl<B: Backend> HierComm<B> {
         recv: &mut B::Buf<T>,
         op: Op,
     ) -> Result<()> {
-        let inner = if op == Op::Avg { Op::Sum } else { op };
-        let me = self.intra.local_ranks().start;
         let c = <Comm<B> as Collectives>::len_of(recv);
         let (nodes, per) = (&self.nodes, self.nodes.per_node());
         if c == 0 {
@@ -675,42 +673,13 @@ impl<B: Backend> HierComm<B> {
             self.intra.reduce_scatter(&mut r, op)?;
             return self.intra.synchronize();
         }
-        if self.runs_apart() {
-            let mut region = Region::OutOfPlace {
-                send,
-                send_at: 0..c * nodes.world(),
-                recv,
-                recv_at: 0..c,
-            };
-            return self.reduce_scatter_apart(&mut region, 0..c * nodes.world(), 0..c, op);
-        }
-        let input = self.intra.read(me, send, 0..c * nodes.world())?;
-        // Node m's run: its ranks' blocks in local order; each run is
-        // reduce-scattered in place, so local rank l keeps block l of it.
-        let mut partial = Vec::with_capacity(nodes.count() * c);
-        for m in 0..nodes.count() {
-            let run: Vec<T> = nodes
-                .members(m)
-                .iter()
-                .flat_map(|&g| input[g * c..(g + 1) * c].iter().copied())
-                .collect();
-            let mut buf = self.intra.upload(me, &run)?;
-            let mut r = [Region::InPlace {
-                buf: &mut buf,
-                at: 0..per * c,
-            }];
-            self.intra.reduce_scatter(&mut r, inner)?;
-            self.intra.synchronize()?;
-            partial.extend(self.intra.read(me, &buf, me * c..(me + 1) * c)?);
-        }
-        // Every node's parts; this rank's block is run `node` of each.
-        let all = self.gather_across(&partial)?;
-        let node = nodes.node_of(self.rank);
-        let per_member = nodes.count() * c;
-        let out: Vec<T> = (0..c)
-            .map(|i| self.fold_nodes(op, |m| all[m * per_member + node * c + i]))
-            .collect();
-        self.intra.write(me, recv, 0, &out)
+        let mut region = Region::OutOfPlace {
+            send,
+            send_at: 0..c * nodes.world(),
+            recv,
+            recv_at: 0..c,
+        };
+        self.reduce_scatter_apart(&mut region, 0..c * nodes.world(), 0..c, op)
     }
 
     /// Every rank gets every rank's `send` (as long on every rank), in
@@ -773,22 +742,15 @@ impl<B: Backend> HierComm<B> {
         self.intra.synchronize()
     }
 
-    /// Whether every node's ranks are consecutive job ranks (node-major
-    /// placement, as torchrun and srun's block distribution place them),
-    /// so that each node's blocks of a reduce-scatter's input are one run.
-    pub(crate) fn runs_apart(&self) -> bool {
-        (0..self.nodes.count()).all(|m| {
-            let r = self.nodes.members(m);
-            r.windows(2).all(|w| w[1] == w[0] + 1)
-        })
-    }
-
-    /// The reduce-scatter of `region` (node-major placement, input and
-    /// output apart) in the rank's memory: each node's run of the input
-    /// reduce-scattered inside this node into the output, whose result,
-    /// this node's part of that node's rank's block, is copied to staging;
-    /// every node's parts gathered; this rank's block folded from them in
-    /// node order (`Avg` sums and divides once, by the job's size).
+    /// The reduce-scatter of `region` (input and output apart) in the
+    /// rank's memory: each node's run of the input (its ranks' blocks in
+    /// local order: one range where they are consecutive job ranks, as
+    /// torchrun and srun's block distribution place them, else gathered
+    /// into device scratch first) reduce-scattered inside this node into
+    /// the output, whose result, this node's part of that node's rank's
+    /// block, is copied to staging; every node's parts gathered; this
+    /// rank's block folded from them in node order (`Avg` sums and divides
+    /// once, by the job's size).
     pub(crate) fn reduce_scatter_apart<T: RsElement>(
         &self,
         region: &mut Region<'_, B::Buf<T>>,
@@ -806,10 +768,29 @@ impl<B: Backend> HierComm<B> {
         let (_staging, parts) = self.staging(room(bytes) + count * bytes)?;
         let all = parts + room(bytes) as u64;
         let b = &self.intra.b;
+        let consecutive = |r: &[usize]| r.windows(2).all(|w| w[1] == w[0] + 1);
+        let runs_apart = (0..count).all(|m| consecutive(nodes.members(m)));
+        let scratch = if runs_apart {
+            None
+        } else {
+            Some(b.zeroed::<T>(HERE, per * c)?)
+        };
         for m in 0..count {
-            let first = send_at.start + nodes.members(m)[0] * c;
-            let run = first..first + per * c;
-            let node = region.apart(run, recv_at.clone());
+            let members = nodes.members(m);
+            let node = match &scratch {
+                Some(run) if !consecutive(members) => {
+                    // The queue runs the copies after the last node's step.
+                    for (l, &g) in members.iter().enumerate() {
+                        let at = send_at.start + g * c;
+                        self.copy_into(run, l * c, region.input(), at..at + c)?;
+                    }
+                    Some(region.with_input(run, 0..per * c, recv_at.clone()))
+                }
+                _ => {
+                    let first = send_at.start + members[0] * c;
+                    region.apart(first..first + per * c, recv_at.clone())
+                }
+            };
             let mut node =
                 [node
                     .ok_or_else(|| Error::Broken("internal: an in-place reduce-scatter".into()))?];
@@ -871,21 +852,6 @@ impl<B: Backend> HierComm<B> {
                 return e;
             }
             std::thread::sleep(POLL);
-        }
-    }
-
-    /// `op` over every node's value (`at(m)` is node `m`'s), in node order;
-    /// `Avg` sums and divides once, by the job's size.
-    fn fold_nodes<T: RsElement>(&self, op: Op, at: impl Fn(usize) -> T) -> T {
-        let inner = if op == Op::Avg { Op::Sum } else { op };
-        let mut acc = at(0);
-        for m in 1..self.nodes.count() {
-            acc = inner.apply(acc, at(m));
-        }
-        if op == Op::Avg {
-            op.finish(acc, self.nodes.world() as u32)
-        } else {
-            acc
         }
     }
 }
