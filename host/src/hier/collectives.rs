@@ -76,9 +76,9 @@ impl<B: Backend> HierComm<B> {
 }
 
 impl<B: Backend> HierComm<B> {
-    /// An all-gather or reduce-scatter whose input overlaps its output: the input copied to device scratch, then the path for input
-    /// apart from output, which waits for its result before the scratch
-    /// goes.
+    /// An all-gather or reduce-scatter whose input overlaps its output:
+    /// the input copied to device scratch, then the path for input apart
+    /// from output, which waits for its result before the scratch goes.
     fn in_place_via_scratch<T: RsElement>(
         &self,
         c: Collective,

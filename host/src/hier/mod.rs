@@ -779,7 +779,8 @@ impl<B: Backend> HierComm<B> {
             let members = nodes.members(m);
             let node = match &scratch {
                 Some(run) if !consecutive(members) => {
-                    // The queue runs the copies after the last node's step.
+                    // One scratch for every such node: the queue runs these
+                    // copies after the previous node's step has taken its run.
                     for (l, &g) in members.iter().enumerate() {
                         let at = send_at.start + g * c;
                         self.copy_into(run, l * c, region.input(), at..at + c)?;
