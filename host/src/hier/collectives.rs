@@ -87,18 +87,10 @@ impl<B: Backend> HierComm<B> {
         recv_at: Range<usize>,
         op: Op,
     ) -> Result<()> {
-        let (Region::InPlace { buf, .. } | Region::Split { buf, .. }) = region else {
-            return Err(Error::Broken("internal: apart ranges in place".into()));
-        };
         let n = send_at.len();
         let scratch = self.intra.b.zeroed::<T>(HERE, n)?;
-        self.copy_into(&scratch, 0, buf, send_at)?;
-        let mut apart = Region::OutOfPlace {
-            send: &scratch,
-            send_at: 0..n,
-            recv: buf,
-            recv_at: recv_at.clone(),
-        };
+        self.copy_into(&scratch, 0, region.input(), send_at)?;
+        let mut apart = region.with_input(&scratch, 0..n, recv_at.clone());
         if c == Collective::AllGather {
             self.all_gather_apart(&mut apart, 0..n, recv_at)
         } else {
