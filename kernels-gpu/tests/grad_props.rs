@@ -1,8 +1,9 @@
 //! Property tests of the gradient layer's kernels. The sparse selection
 //! against a full sort: top-K picks exactly the K largest magnitudes
 //! (negative values included, ties to the lower index), the pairs come in
-//! index order, padded, and the result does not depend on how many lanes
-//! run the tasks or on the input's alignment. The element-wise tasks
+//! index order, padded (the any-order pass's once sorted), the residual
+//! keeps every element not sent, and the result does not depend on how
+//! many lanes run the tasks or on the input's alignment. The element-wise tasks
 //! against a scalar reference, at every alignment (quads and tails).
 
 use proptest::prelude::*;
@@ -26,14 +27,34 @@ fn run(t: Task, lanes: u64) {
 /// The top-`kk` (index, bits) pairs of `x` as the kernels write them,
 /// padded to `cap`.
 fn kernel_top_k(x: &[f32], kk: u64, cap: u64, lanes: u64) -> Vec<u64> {
-    kernel_top_k_listed(x, kk, cap, lanes, false).0
+    kernel_top_k_with(x, kk, cap, lanes, false, false).pairs
 }
 
-/// As [`kernel_top_k`], as the sparse paths run it where `listed`: the
+/// What a selection wrote, with the state's word on how.
+struct Selected {
+    /// Pairs in index order (the any-order pass's sorted), then padding.
+    pairs: Vec<u64>,
+    /// The residual's bits: 0 where selected, the value elsewhere.
+    residual: Vec<u32>,
+    /// Magnitudes the narrowing pass listed.
+    candidates: u64,
+    /// Whether the any-order pass wrote the selection.
+    unordered: bool,
+}
+
+/// As [`kernel_top_k`], as the sparse paths run it: where `listed`, the
 /// input copied to a work array by the feedback task, which counts the
-/// first pass, and a candidate list for the later passes; also the number
-/// of magnitudes the narrowing pass listed.
-fn kernel_top_k_listed(x: &[f32], kk: u64, cap: u64, lanes: u64, listed: bool) -> (Vec<u64>, u64) {
+/// first pass, and a candidate list for the later passes; where
+/// `any_order`, the any-order pass before the ordered compaction, which
+/// then does nothing if that pass wrote the selection.
+fn kernel_top_k_with(
+    x: &[f32],
+    kk: u64,
+    cap: u64,
+    lanes: u64,
+    listed: bool,
+    any_order: bool,
+) -> Selected {
     let n = x.len() as u64;
     let tiles = tiles_for(n);
     let mut list = vec![0u32; candidates_for(n) as usize];
@@ -44,6 +65,8 @@ fn kernel_top_k_listed(x: &[f32], kk: u64, cap: u64, lanes: u64, listed: bool) -
     let mut state: Box<SelectState> = Box::new(unsafe { std::mem::zeroed() });
     let mut counts = vec![0u64; 2 * tiles as usize];
     let mut pairs = vec![0u64; cap as usize];
+    // Poisoned: every element's residual must be written.
+    let mut residual = vec![0xdead_beefu32; x.len()];
     let base = Task {
         src: work.as_ptr() as u64,
         state: &mut *state as *mut SelectState as u64,
@@ -83,17 +106,61 @@ fn kernel_top_k_listed(x: &[f32], kk: u64, cap: u64, lanes: u64, listed: bool) -
         );
         run(k(TaskKind::PickDigit, p), lanes);
     }
+    let write = Task {
+        dst: pairs.as_mut_ptr() as u64,
+        aux2: residual.as_mut_ptr() as u64,
+        ..k(TaskKind::WriteSelected, cap)
+    };
+    if any_order {
+        run(
+            Task {
+                kind: TaskKind::WriteAnyOrder as u64,
+                ..write
+            },
+            lanes,
+        );
+    }
     run(k(TaskKind::CountTiles, 0), lanes);
     run(k(TaskKind::ScanTiles, 0), lanes);
+    run(write, lanes);
     run(
         Task {
-            dst: pairs.as_mut_ptr() as u64,
-            ..k(TaskKind::WriteSelected, cap)
+            kind: TaskKind::ResidualUntied as u64,
+            ..write
         },
         lanes,
     );
     assert_eq!(state.count, kk.min(n));
-    (pairs, state.candidates)
+    let unordered = state.unordered != 0;
+    if unordered {
+        let written = (state.count.min(cap)) as usize;
+        pairs[..written].sort_by_key(|p| p & 0xffff_ffff);
+    }
+    Selected {
+        pairs,
+        residual,
+        candidates: state.candidates,
+        unordered,
+    }
+}
+
+/// The residual a selection of `pairs` (index order, padded) leaves.
+fn residual_of(x: &[f32], pairs: &[u64]) -> Vec<u32> {
+    let mut r: Vec<u32> = x.iter().map(|v| v.to_bits()).collect();
+    for p in pairs {
+        if let Some(e) = r.get_mut((p & 0xffff_ffff) as usize) {
+            *e = 0;
+        }
+    }
+    r
+}
+
+/// Whether the top `kk` of `x` takes every element tied with the `kk`-th
+/// largest magnitude.
+fn takes_every_tie(x: &[f32], kk: usize) -> bool {
+    let mut m: Vec<u32> = x.iter().map(|v| v.to_bits() & 0x7fff_ffff).collect();
+    m.sort_unstable_by(|a, b| b.cmp(a));
+    m.get(kk).is_none_or(|&next| next != m[kk - 1])
 }
 
 fn sorted_top_k(x: &[f32], kk: usize, cap: usize) -> Vec<u64> {
@@ -135,9 +202,16 @@ proptest! {
         let kk = ((frac * n as f64).ceil() as u64).clamp(1, n);
         let cap = kk + extra;
         let want = sorted_top_k(x, kk as usize, cap as usize);
-        prop_assert_eq!(kernel_top_k(x, kk, cap, lanes), want.clone());
-        // With the candidate list: whether it held the octave or not.
-        prop_assert_eq!(kernel_top_k_listed(x, kk, cap, lanes, true).0, want);
+        let residual = residual_of(x, &want);
+        // Plain; with the candidate list (whether it held the octave or
+        // not); and with the any-order pass, which writes the selection
+        // exactly where every tie is taken.
+        for (listed, any_order) in [(false, false), (true, false), (true, true), (false, true)] {
+            let got = kernel_top_k_with(x, kk, cap, lanes, listed, any_order);
+            prop_assert_eq!(&got.pairs, &want, "listed {} any order {}", listed, any_order);
+            prop_assert_eq!(&got.residual, &residual, "listed {} any order {}", listed, any_order);
+            prop_assert_eq!(got.unordered, any_order && takes_every_tie(x, kk as usize));
+        }
     }
 
     #[test]
@@ -243,8 +317,9 @@ fn the_candidate_list_fits_or_falls_back() {
         let n = x.len() as u64;
         for kk in [20, 200] {
             for lanes in [1, 5] {
-                let (got, listed) = kernel_top_k_listed(x, kk, kk, lanes, true);
-                assert_eq!(got, sorted_top_k(x, kk as usize, kk as usize));
+                let got = kernel_top_k_with(x, kk, kk, lanes, true, false);
+                let listed = got.candidates;
+                assert_eq!(got.pairs, sorted_top_k(x, kk as usize, kk as usize));
                 assert_eq!(listed <= candidates_for(n), fits, "{listed} listed");
                 assert!(listed > 0);
             }

@@ -225,8 +225,19 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
         let k = comm.k();
         let nn = n as u64;
         let tiles = tiles_for(nn);
+        let dense_above = self.config.dense_above;
+        // Whether `count` pairs a rank go as one dense all-reduce instead.
+        let goes_dense = |count: u64| count as f64 > dense_above * nn as f64;
         let [states, tile_counts, pairs, gathered, counts, listed] = &mut self.words;
         let state_words = SelectState::BYTES.div_ceil(8);
+        // Top-K's count is known before it selects, and with it whether the
+        // exchange stays sparse: then its pairs' any-order pass joins the
+        // selection.
+        let top_k = match sparsity {
+            Sparsity::TopK(f) => Some(Sparsity::k_of(f, nn)),
+            Sparsity::Threshold(_) => None,
+        };
+        let sparse_k = top_k.filter(|&k| !goes_dense(k));
         // Selection, per rank.
         let mut at = Vec::with_capacity(k);
         for (u, q) in own.iter().enumerate() {
@@ -251,9 +262,20 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
                 dst: w,
                 ..base
             };
-            let tasks = selection_tasks(base, feedback, sparsity, comm.addr(u, &*li));
+            let pr = match sparse_k {
+                Some(k) => Some(&*slot(comm, pairs, u, q, k as usize)?),
+                None => None,
+            };
+            let any_order = pr.zip(sparse_k).map(|(pr, k)| Task {
+                dst: comm.addr(u, pr),
+                aux2: r.map_or(0, |r| r[u]),
+                arg: k,
+                ..base
+            });
+            let tasks = selection_tasks(base, feedback, sparsity, comm.addr(u, &*li), any_order);
             for t in tasks {
-                let h = vec![C::hold(&*work), C::hold(&*st), C::hold(&*tc), C::hold(&*li)];
+                let mut h = vec![C::hold(&*work), C::hold(&*st), C::hold(&*tc), C::hold(&*li)];
+                h.extend(pr.map(C::hold));
                 // SAFETY: every address is a live buffer of this rank, of
                 // the lengths the task's `n` and `tiles` name (held).
                 unsafe { comm.run_task(u, q, t, h)? };
@@ -274,7 +296,7 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
                 all.into_iter().max().unwrap_or(0)
             }
         };
-        let dense = cap as f64 > self.config.dense_above * nn as f64;
+        let dense = goes_dense(cap);
         let mut holds = holds;
         if dense {
             for (u, q) in own.iter().enumerate() {
@@ -381,14 +403,19 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
 /// writes `g + r` into the work, and for top-K counts its first radix pass
 /// on the way), then top-K's radix passes (the last two over the candidate
 /// list at `listed`, [`candidates_for`] words, where it holds them) or the
-/// threshold, then the tile counts and their scan. The
-/// flat sparse all-reduce and the hierarchical step between nodes both
-/// select so.
+/// threshold, then the tile counts and their scan. With `pairs` (top-K's
+/// write of its pairs where the exchange stays sparse: `dst`, `arg` and
+/// the residual `aux2`), the any-order pass goes before the counts: where
+/// every tie is taken it writes the pairs and the residual in one
+/// coalesced pass, and the ordered tasks, the counts and those the caller
+/// queues after them, find nothing to do. The flat sparse all-reduce and
+/// the hierarchical step between nodes both select so.
 pub(crate) fn selection_tasks(
     base: Task,
     feedback: Task,
     sparsity: Sparsity,
     listed: u64,
+    pairs: Option<Task>,
 ) -> Vec<Task> {
     debug_assert_eq!(
         feedback.dst, base.src,
@@ -419,6 +446,15 @@ pub(crate) fn selection_tasks(
                 tasks.push(Task {
                     kind: TaskKind::PickDigit as u64,
                     arg: p,
+                    ..base
+                });
+            }
+            if let Some(w) = pairs {
+                tasks.push(Task {
+                    kind: TaskKind::WriteAnyOrder as u64,
+                    dst: w.dst,
+                    aux2: w.aux2,
+                    arg: w.arg,
                     ..base
                 });
             }

@@ -462,8 +462,25 @@ impl<B: Backend> HierComm<B> {
             tiles,
             ..Task::default()
         };
+        // Top-K's count is known before it selects, and with it whether the
+        // exchange stays sparse: then its pairs' any-order pass joins the
+        // selection (they come first in the member's list either way).
+        let any_order = match sparsity {
+            Sparsity::TopK(f)
+                if !wire::goes_dense(Sparsity::k_of(f, nn) as usize, c, dense_above) =>
+            {
+                Some(Task {
+                    dst: pairs,
+                    aux2: res,
+                    arg: Sparsity::k_of(f, nn),
+                    ..select
+                })
+            }
+            _ => None,
+        };
         if c > 0 {
-            for t in selection_tasks(select, feedback(out, res, work, c), sparsity, listed) {
+            let feedback = feedback(out, res, work, c);
+            for t in selection_tasks(select, feedback, sparsity, listed, any_order) {
                 task(t)?;
             }
         }

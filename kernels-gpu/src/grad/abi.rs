@@ -56,12 +56,21 @@ pub enum TaskKind {
     /// [`TaskKind::WriteSelected`] writes the tied ones, which need their
     /// rank among the ties.
     ResidualUntied = 14,
+    /// Top-K's pairs in one coalesced pass, where the selection takes every
+    /// element tied with the threshold (as nearly always): the pairs of
+    /// `src` to `dst` in any order (at most `arg`), the count, and the
+    /// residual `aux2` (if not 0) of every element; it marks the state so
+    /// that [`CountTiles`](Self::CountTiles), [`ScanTiles`](Self::ScanTiles)
+    /// and [`ResidualUntied`](Self::ResidualUntied) after it do nothing and
+    /// [`WriteSelected`](Self::WriteSelected) only pads. Where only some
+    /// ties are taken it does nothing, and those tasks do the work.
+    WriteAnyOrder = 15,
 }
 
 crate::types::all_in_value_order!(TaskKind);
 
 impl TaskKind {
-    pub const ALL: [TaskKind; 15] = [
+    pub const ALL: [TaskKind; 16] = [
         TaskKind::Copy,
         TaskKind::ToHalf,
         TaskKind::FromHalf,
@@ -77,6 +86,7 @@ impl TaskKind {
         TaskKind::ScatterAdd,
         TaskKind::CopyRange,
         TaskKind::ResidualUntied,
+        TaskKind::WriteAnyOrder,
     ];
 
     pub fn from_u64(v: u64) -> Option<Self> {
@@ -202,6 +212,11 @@ pub struct SelectState {
     /// Magnitudes the narrowing pass listed (more than the list holds
     /// when it overflowed).
     pub candidates: u64,
+    /// Magnitudes equal to the threshold, as the radix select's last pass
+    /// counted them: where `take_equal` reaches it, every tie is taken.
+    pub ties: u64,
+    /// Not 0 once [`TaskKind::WriteAnyOrder`] has written the selection.
+    pub unordered: u64,
     pub hist: [u32; SELECT_BINS],
     /// The scan's per-lane totals: above, equal.
     pub lane_totals: [[u64; 2]; SCAN_LANES],

@@ -6,9 +6,16 @@
 //! above the threshold, or equal to it and among the first `take_equal`
 //! such by index; so its place is (above before it) + min(equal before it,
 //! take_equal), and the result does not depend on the lanes.
+//!
+//! Where every tie is taken (top-K's threshold names the K-th magnitude
+//! exactly, so nearly always), no place depends on the elements before it:
+//! [`write_any_order`] writes the pairs in one coalesced pass instead, each
+//! warp reserving its slots with one atomic, and the ordered tasks after it
+//! do nothing. The order of one rank's pairs changes no bit of a
+//! scatter-add, since they name distinct elements.
 
 use super::lanes::Lanes;
-use super::{all_aligned, for_each_index, map_quads, Quad};
+use super::{all_aligned, each_round, for_each_index, map_quads, Quad};
 use crate::grad::abi::{magnitude, tile_range, SelectState, Task, PAD_INDEX, SCAN_LANES};
 use crate::unroll::each4;
 
@@ -52,6 +59,9 @@ unsafe fn walk<L: Lanes>(g: &L, src: *const u32, a: u64, b: u64, mut f: impl FnM
 /// # Safety
 /// As for [`super::run_phase`].
 pub unsafe fn count_tiles<L: Lanes>(g: &L, t: &Task) {
+    if written(t) {
+        return;
+    }
     let th = (*(t.state as *const SelectState)).threshold;
     let (src, counts) = (t.src as *const u32, t.aux as *mut u64);
     for_each_tile(g, t, |tile, a, b| {
@@ -99,6 +109,9 @@ unsafe fn for_each_run_four(
 /// # Safety
 /// As for [`super::run_phase`]; one block only.
 pub unsafe fn scan_tiles<L: Lanes>(g: &L, t: &Task, phase: u32) {
+    if written(t) {
+        return;
+    }
     let s = t.state as *mut SelectState;
     let counts = t.aux as *mut u64;
     let lanes = if g.lanes() < SCAN_LANES as u64 {
@@ -167,7 +180,12 @@ pub unsafe fn write_selected<L: Lanes>(g: &L, t: &Task) {
     let (src, offsets) = (t.src as *const u32, t.aux as *const u64);
     let residual = t.aux2 as *mut f32;
     let dense = t.arg == u64::MAX;
-    for_each_tile(g, t, |tile, a, b| {
+    let walk_tiles = |f| {
+        if !written(t) {
+            for_each_tile(g, t, f)
+        }
+    };
+    walk_tiles(|tile, a, b| {
         let mut above = offsets.add(2 * tile as usize).read();
         let mut equal = offsets.add(2 * tile as usize + 1).read();
         walk(g, src, a, b, |i, bits| {
@@ -211,6 +229,9 @@ pub unsafe fn write_selected<L: Lanes>(g: &L, t: &Task) {
 /// # Safety
 /// As for [`super::run_phase`]; `aux2` may not overlap `src`.
 pub unsafe fn residual_untied<L: Lanes>(g: &L, t: &Task) {
+    if written(t) {
+        return;
+    }
     let th = (*(t.state as *const SelectState)).threshold;
     let (src, res) = (t.src as *const u32, t.aux2 as *mut u32);
     let keep = |bits: u32| if magnitude(bits) as u64 > th { 0 } else { bits };
@@ -237,6 +258,80 @@ pub unsafe fn residual_untied<L: Lanes>(g: &L, t: &Task) {
             }
         },
     );
+}
+
+/// Whether [`write_any_order`] wrote the selection of `t`'s state, so that
+/// the ordered compaction has nothing to do.
+///
+/// # Safety
+/// `t.state` must be a valid [`SelectState`].
+unsafe fn written(t: &Task) -> bool {
+    (*(t.state as *const SelectState)).unordered != 0
+}
+
+/// Where the selection takes every element tied with its threshold (so an
+/// element is selected exactly when its magnitude reaches it): the pairs
+/// of `src` at `dst` in the order the warps reserve them (the first `arg`
+/// reserved), their count in the state, and with `aux2` not 0 every
+/// element's residual, coalesced; then marks the state written. Otherwise
+/// nothing: the ordered tasks must rank the ties by index.
+///
+/// # Safety
+/// As for [`super::run_phase`]; the state's count at 0 (a selection just
+/// made); `aux2` may not overlap `src`.
+pub unsafe fn write_any_order<L: Lanes>(g: &L, t: &Task) {
+    let s = t.state as *mut SelectState;
+    if (*s).take_equal < (*s).ties {
+        return;
+    }
+    let th = (*s).threshold;
+    let sel = |bits: u32| magnitude(bits) as u64 >= th;
+    let keep = |bits: u32| if sel(bits) { 0 } else { bits };
+    let (pairs, res) = (t.dst as *mut u64, t.aux2 as *mut u32);
+    let count = core::ptr::addr_of_mut!((*s).count);
+    let put = |slot: u64, i: u64, bits: u32| {
+        if slot < t.arg {
+            pairs.add(slot as usize).write(i | ((bits as u64) << 32));
+        }
+    };
+    let res_quads = t.aux2.is_multiple_of(16);
+    each_round(
+        g,
+        t.src,
+        t.n,
+        |x, qs| {
+            let mut want = 0u32;
+            each4!(o => if qs[o].is_some() {
+                each4!(j => want += sel(x[o][j]) as u32);
+            });
+            let mut slot = g.reserve(count, want);
+            each4!(o => if let Some(q) = qs[o] {
+                let i = 4 * q;
+                each4!(j => if sel(x[o][j]) {
+                    put(slot, i + j as u64, x[o][j]);
+                    slot += 1;
+                });
+                if !res.is_null() && res_quads {
+                    g.store_pack(res.add(i as usize) as *mut u8, x[o].map(keep));
+                } else if !res.is_null() {
+                    each4!(j => res.add(i as usize + j).write(keep(x[o][j])));
+                }
+            });
+        },
+        |w| {
+            let chosen = w.filter(|&(_, bits)| sel(bits));
+            let slot = g.reserve(count, chosen.is_some() as u32);
+            if let Some((i, bits)) = chosen {
+                put(slot, i, bits);
+            }
+            if let (Some((i, bits)), false) = (w, res.is_null()) {
+                res.add(i as usize).write(keep(bits));
+            }
+        },
+    );
+    if g.lane() == 0 {
+        (*s).unordered = 1;
+    }
 }
 
 /// `dst[index] += value` for the `n` pairs at `src` (one rank's: their

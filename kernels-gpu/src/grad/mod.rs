@@ -41,6 +41,7 @@ pub unsafe fn run_phase<L: Lanes>(g: &L, t: &Task, phase: u32) {
         TaskKind::ScanTiles => compact::scan_tiles(g, t, phase),
         TaskKind::WriteSelected => compact::write_selected(g, t),
         TaskKind::ResidualUntied => compact::residual_untied(g, t),
+        TaskKind::WriteAnyOrder => compact::write_any_order(g, t),
         TaskKind::Fill => convert::fill(g, t),
         TaskKind::ScatterAdd => compact::scatter_add(g, t),
     }
@@ -91,6 +92,36 @@ pub(crate) fn for_each_four_uniform<L: Lanes>(g: &L, n: u64, mut f: impl FnMut([
         }));
         i += 4 * stride;
     }
+}
+
+/// The `n` words at `p` in uniform rounds: `four(quads, at)` with the four
+/// quads a lane loads together and their quad indices (where `p` is
+/// 16-byte aligned; `None` past the end, whose words are not the array's),
+/// then `one(Some((index, word)))` for each word left (`None` past the
+/// end). Every lane of the launch runs the same rounds, so that the
+/// warp-wide counts and reservations of the callers line up.
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline)]
+pub(crate) unsafe fn each_round<L: Lanes>(
+    g: &L,
+    p: u64,
+    n: u64,
+    mut four: impl FnMut([[u32; 4]; 4], [Option<u64>; 4]),
+    mut one: impl FnMut(Option<(u64, u32)>),
+) {
+    let words = p as *const u32;
+    let body = if p.is_multiple_of(16) { n & !3 } else { 0 };
+    for_each_four_uniform(g, body / 4, |qs| {
+        // The four loads first, then the work on them.
+        let x = qs.map(|q| match q {
+            Some(q) => g.load_pack(words.add(4 * q as usize) as *const u8),
+            None => [u32::MAX; 4],
+        });
+        four(x, qs);
+    });
+    for_each_index_uniform(g, n - body, |j| {
+        one(j.map(|j| (body + j, words.add((body + j) as usize).read())))
+    });
 }
 
 /// Four `f32`s (or words) in one 16-byte access.

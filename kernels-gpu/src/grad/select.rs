@@ -6,7 +6,7 @@
 //! it the selection still takes (the lowest indices, see `compact`).
 
 use super::lanes::{Lanes, NO_BIN};
-use super::{for_each_four_uniform, for_each_index_uniform};
+use super::{each_round, for_each_four_uniform, for_each_index_uniform};
 use crate::grad::abi::{
     candidates_for, magnitude, SelectState, Task, NARROW_PASS, SELECT_BINS, SELECT_PASSES,
 };
@@ -46,6 +46,8 @@ unsafe fn reset(s: *mut SelectState, threshold: u64, take_equal: u64, remaining:
     (*s).remaining = remaining;
     (*s).count = 0;
     (*s).candidates = 0;
+    (*s).ties = 0;
+    (*s).unordered = 0;
     for b in 0..SELECT_BINS {
         (*s).hist[b] = 0;
     }
@@ -89,8 +91,9 @@ pub unsafe fn histogram<L: Lanes>(g: &L, t: &Task) {
             g,
             t.src,
             t.n,
-            |x, valid| {
-                let b = [0, 1, 2, 3].map(|o| x[o].map(|w| if valid[o] { bin(w) } else { NO_BIN }));
+            |x, qs| {
+                let b = [0, 1, 2, 3]
+                    .map(|o| x[o].map(|w| if qs[o].is_some() { bin(w) } else { NO_BIN }));
                 let mut want = 0;
                 each4!(o => each4!(j => {
                     g.hist_count(b[o][j]);
@@ -103,10 +106,10 @@ pub unsafe fn histogram<L: Lanes>(g: &L, t: &Task) {
                 }));
             },
             |w| {
-                let b = w.map_or(NO_BIN, bin);
+                let b = w.map_or(NO_BIN, |(_, w)| bin(w));
                 g.hist_count(b);
                 let slot = g.reserve(listed, (b != NO_BIN) as u32);
-                if let Some(w) = w.filter(|_| b != NO_BIN) {
+                if let Some((_, w)) = w.filter(|_| b != NO_BIN) {
                     put(slot, w);
                 }
             },
@@ -121,8 +124,8 @@ pub unsafe fn histogram<L: Lanes>(g: &L, t: &Task) {
             g,
             words,
             n,
-            |x, valid| each4!(o => each4!(j => g.hist_count(if valid[o] { bin(x[o][j]) } else { NO_BIN }))),
-            |w| g.hist_count(w.map_or(NO_BIN, bin)),
+            |x, qs| each4!(o => each4!(j => g.hist_count(if qs[o].is_some() { bin(x[o][j]) } else { NO_BIN }))),
+            |w| g.hist_count(w.map_or(NO_BIN, |(_, w)| bin(w))),
         );
     }
     g.hist_flush(core::ptr::addr_of_mut!((*s).hist) as *mut u32);
@@ -187,36 +190,6 @@ pub unsafe fn feedback_first_pass<L: Lanes>(g: &L, t: &Task) {
     g.hist_flush(core::ptr::addr_of_mut!((*s).hist) as *mut u32);
 }
 
-/// The `n` words at `p` in uniform rounds: `four(quads, valid)` with the
-/// four quads a lane loads together (where `p` is 16-byte aligned; a quad
-/// past the end is not valid), then `one(word)` for each word left (`None`
-/// past the end). Every lane of the launch runs the same rounds, so that
-/// the warp-wide counts and reservations of the callers line up.
-#[cfg_attr(target_arch = "nvptx64", inline(always))]
-#[cfg_attr(not(target_arch = "nvptx64"), inline)]
-unsafe fn each_round<L: Lanes>(
-    g: &L,
-    p: u64,
-    n: u64,
-    mut four: impl FnMut([[u32; 4]; 4], [bool; 4]),
-    one: impl FnMut(Option<u32>),
-) {
-    let words = p as *const u32;
-    let body = if p.is_multiple_of(16) { n & !3 } else { 0 };
-    for_each_four_uniform(g, body / 4, |qs| {
-        // The four loads first, then the work on them.
-        let x = qs.map(|q| match q {
-            Some(q) => g.load_pack(words.add(4 * q as usize) as *const u8),
-            None => [u32::MAX; 4],
-        });
-        four(x, qs.map(|q| q.is_some()));
-    });
-    let mut one = one;
-    for_each_index_uniform(g, n - body, |j| {
-        one(j.map(|j| words.add((body + j) as usize).read()))
-    });
-}
-
 /// Lane 0 of pass `arg`: the digit holding the `remaining`-th largest of
 /// the matching magnitudes, counted from the top; clears the histogram for
 /// the next pass.
@@ -244,6 +217,8 @@ pub unsafe fn pick_digit<L: Lanes>(g: &L, t: &Task) {
                 (*s).threshold |= (b as u64) << sh;
                 (*s).remaining = want - above;
                 (*s).take_equal = want - above;
+                // After the last pass, the magnitudes equal to the threshold.
+                (*s).ties = h;
                 break;
             }
             above += h;
