@@ -326,3 +326,35 @@ fn the_candidate_list_fits_or_falls_back() {
         }
     }
 }
+
+/// The scatter-add rebuilds one range of what the pairs index: pairs
+/// outside `aux..arg` and padding are skipped, the rest land at
+/// `index - aux`, added to what is there.
+#[test]
+fn scatter_add_takes_its_range_of_the_indices() {
+    let pair = |i: u32, v: f32| i as u64 | ((v.to_bits() as u64) << 32);
+    let pairs = [
+        pair(0, 1.0),
+        pair(5, 2.0),
+        pair(3, 4.0),
+        pair(PAD_INDEX, 8.0),
+        pair(7, 16.0),
+        pair(4, 32.0),
+        pair(2, 64.0),
+    ];
+    for lanes in [1, 3] {
+        let mut dst = vec![0.5f32; 4];
+        let t = Task {
+            kind: TaskKind::ScatterAdd as u64,
+            src: pairs.as_ptr() as u64,
+            dst: dst.as_mut_ptr() as u64,
+            aux: 3,
+            n: pairs.len() as u64,
+            arg: 7,
+            ..Task::default()
+        };
+        run(t, lanes);
+        // Indices 3, 4 and 5 of 3..7 (not 0, 2, 7 or the padding).
+        assert_eq!(dst, vec![4.5, 32.5, 2.5, 0.5]);
+    }
+}

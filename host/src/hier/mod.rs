@@ -244,7 +244,14 @@ impl<B: Backend> HierComm<B> {
                 dense_above,
             }) => {
                 let how = (sparsity, dense_above);
-                self.cross_sparse_in_place(buf, shard, main..at.end, how, residual)?
+                let owned = (shard, main..at.end);
+                let (sent, node_done) =
+                    self.cross_sparse_in_place(buf, o..main, owned, how, residual)?;
+                if node_done {
+                    self.intra.synchronize()?;
+                    return Ok(sent);
+                }
+                sent
             }
         };
         if c > 0 {
@@ -399,17 +406,26 @@ impl<B: Backend> HierComm<B> {
     /// pairs are its selected shard's, its padding, then its tail's; each
     /// element takes at most one pair from a member, so the order inside a
     /// member's list changes no bit.
+    ///
+    /// Top-K's lists are as long on every rank of the node, so the node
+    /// all-gathers them and each rank rebuilds every shard of `node` (and
+    /// the tail) from them: it writes its buffer once, where an all-gather
+    /// of the dense shards would read and write it again. Whether it did
+    /// so, leaving the node's all-gather nothing to do, comes back with
+    /// what was sent.
     fn cross_sparse_in_place<T: RsElement>(
         &self,
         buf: &B::Buf<T>,
-        shard: Range<usize>,
-        tail: Range<usize>,
+        node: Range<usize>,
+        (shard, tail): (Range<usize>, Range<usize>),
         (sparsity, dense_above): (Sparsity, f64),
         residual: Option<&mut B::Buf<f32>>,
-    ) -> Result<SparseSent> {
+    ) -> Result<(SparseSent, bool)> {
         let b = &self.intra.b;
         let me = self.intra.local_ranks().start;
         let (c, t, m) = (shard.len(), tail.len(), self.nodes.count());
+        let (l, per) = (self.nodes.local_of(self.rank), self.nodes.per_node());
+        let node_wide = matches!(sparsity, Sparsity::TopK(_));
         let len = c + t;
         let (nn, tiles) = (c as u64, tiles_for(c as u64));
         // Pairs a sparse exchange may send: beyond the dense bound it goes
@@ -423,7 +439,7 @@ impl<B: Backend> HierComm<B> {
             room(candidates_for(nn) as usize * 4),
             room(len * 4),
             room(cap * 8),
-            (m * len * 4).max(m * cap * 8),
+            (m * len * 4).max(per * m * cap * 8),
         ];
         let mut at = [0usize; 7];
         for i in 1..7 {
@@ -528,12 +544,14 @@ impl<B: Backend> HierComm<B> {
             };
             self.fold_chain::<f32>(out, &from(0), c, Op::Sum)?;
             self.fold_chain::<f32>(out_tail, &from(c * 4), t, Op::Sum)?;
-            return Ok(SparseSent { pairs: 0, dense });
+            return Ok((SparseSent { pairs: 0, dense }, false));
         }
         // Without a tail the sums land in the shard itself; with one, in
         // `acc` first, since the shard and the tail are apart.
         let sums = if t == 0 { out } else { acc };
-        task(fill(sums, len))?;
+        if !node_wide {
+            task(fill(sums, len))?;
+        }
         let written = Task {
             kind: TaskKind::WriteSelected as u64,
             dst: pairs,
@@ -565,25 +583,60 @@ impl<B: Backend> HierComm<B> {
             self.intra
                 .write(me, held, at, bytemuck::cast_slice(&words))?;
         }
-        self.gather_in_place(pairs, most * 8, all)?;
+        // Node-wide, local rank `l`'s lists from every node are block `l`.
+        let lists = m * most * 8;
+        let mine = all + if node_wide { l * lists } else { 0 } as u64;
+        self.gather_in_place(pairs, most * 8, mine)?;
+        // The pairs at `src` in `first..end` of what they index, added to
+        // `dst`, which holds that range.
+        let scatter = |src: u64, dst: u64, (first, end): (usize, usize)| Task {
+            kind: TaskKind::ScatterAdd as u64,
+            src,
+            dst,
+            aux: first as u64,
+            n: most as u64,
+            arg: end as u64,
+            ..Task::default()
+        };
+        let sent = SparseSent {
+            pairs: most as u64,
+            dense,
+        };
+        if node_wide {
+            let at = (all - base) as usize;
+            let held = staging.as_mut().expect("made");
+            self.intra.all_gather(&mut [Region::InPlace {
+                buf: held,
+                at: at..at + per * lists,
+            }])?;
+            // Every element of the node's shards and the tail from `+0.0`,
+            // each node's pair added in node order, as the reference folds.
+            let whole = b.addr_at(HERE, buf, node.start);
+            task(fill(whole, per * c))?;
+            if t > 0 {
+                task(fill(out_tail, t))?;
+            }
+            for k in 0..per {
+                let from = |u: usize| all + (k * lists + u * most * 8) as u64;
+                let into = whole + (k * c * 4) as u64;
+                for u in 0..m {
+                    task(scatter(from(u), into, (0, c)))?;
+                    if k == l && t > 0 {
+                        // Every rank of the node sends the same tail.
+                        task(scatter(from(u), out_tail, (c, len)))?;
+                    }
+                }
+            }
+            return Ok((sent, true));
+        }
         for u in 0..m {
-            task(Task {
-                kind: TaskKind::ScatterAdd as u64,
-                src: all + (u * most * 8) as u64,
-                dst: sums,
-                n: most as u64,
-                arg: len as u64,
-                ..Task::default()
-            })?;
+            task(scatter(all + (u * most * 8) as u64, sums, (0, len)))?;
         }
         if t > 0 {
             self.fold_chain::<f32>(out, &[acc], c, Op::Sum)?;
             self.fold_chain::<f32>(out_tail, &[acc + (c * 4) as u64], t, Op::Sum)?;
         }
-        Ok(SparseSent {
-            pairs: most as u64,
-            dense,
-        })
+        Ok((sent, false))
     }
 
     /// Queues a copy of `src` of `from` into `dst` from element `at`, in

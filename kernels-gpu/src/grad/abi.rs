@@ -45,8 +45,9 @@ pub enum TaskKind {
     WriteSelected = 10,
     /// `n` words at `dst` set to `arg`.
     Fill = 11,
-    /// `dst[index] += value` for the `n` pairs at `src` (a padding pair's
-    /// index is [`PAD_INDEX`]); `arg` is the length of `dst`.
+    /// `dst[index - aux] += value` for the `n` pairs at `src` whose index
+    /// is in `aux..arg` (a padding pair's index is [`PAD_INDEX`]): `dst`
+    /// holds that range of the elements the pairs index.
     ScatterAdd = 12,
     /// `n` bytes from `src` to `dst` by every lane: one tensor's packing,
     /// with nothing to upload first.

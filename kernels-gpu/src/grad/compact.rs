@@ -334,8 +334,10 @@ pub unsafe fn write_any_order<L: Lanes>(g: &L, t: &Task) {
     }
 }
 
-/// `dst[index] += value` for the `n` pairs at `src` (one rank's: their
-/// indices are distinct, so lanes never add to one element together).
+/// `dst[index - aux] += value` for the `n` pairs at `src` whose index is
+/// in `aux..arg` (one rank's: their indices are distinct, so lanes never
+/// add to one element together): a rank may rebuild one range of what the
+/// pairs index, such as a peer's shard or the shared tail.
 ///
 /// # Safety
 /// As for [`super::run_phase`].
@@ -343,9 +345,9 @@ pub unsafe fn scatter_add<L: Lanes>(g: &L, t: &Task) {
     let (pairs, dst) = (t.src as *const u64, t.dst as *mut f32);
     for_each_index(g, t.n, |j| {
         let p = pairs.add(j as usize).read();
-        let index = p as u32;
-        if index != PAD_INDEX && (index as u64) < t.arg {
-            let d = dst.add(index as usize);
+        let index = p as u32 as u64;
+        if index != PAD_INDEX as u64 && (t.aux..t.arg).contains(&index) {
+            let d = dst.add((index - t.aux) as usize);
             d.write(d.read() + f32::from_bits((p >> 32) as u32));
         }
     });
