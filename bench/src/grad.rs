@@ -21,7 +21,7 @@ use crate::metrics::CollectiveArg;
 use crate::report::now_iso;
 use ringreduce::grad::GradBackend;
 use ringreduce::half::f16;
-use ringreduce::kernels::grad::abi::{tiles_for, SelectState, Task, TaskKind};
+use ringreduce::kernels::grad::abi::{tiles_for, SelectState, Task, TaskKind, SELECT_PASSES};
 use ringreduce::{Collective, GradConfig, GradSync, Op, Precision, Region, Sparsity};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
@@ -302,6 +302,37 @@ fn time_sparse_parts<C: GradBackend>(
             time_us,
         });
     }
+    // The pass top-K takes where every tie is taken, after a real top-`cap`
+    // selection of the same data, and last: it marks the state, after which
+    // the ordered tasks above would do nothing.
+    let select = |kind: TaskKind, arg: u64| {
+        move |u: usize| Task {
+            kind: kind as u64,
+            arg,
+            ..base(u)
+        }
+    };
+    // SAFETY: as above; the selection reads `x` and writes the state.
+    unsafe {
+        time_tasks(comm, 0, 1, select(TaskKind::SelectTopK, cap as u64))?;
+        for p in 0..SELECT_PASSES {
+            time_tasks(comm, 0, 1, select(TaskKind::Histogram, p))?;
+            time_tasks(comm, 0, 1, select(TaskKind::PickDigit, p))?;
+        }
+    }
+    let any_order = |u: usize| Task {
+        kind: TaskKind::WriteAnyOrder as u64,
+        dst: comm.addr(u, &pairs[u]),
+        aux2: comm.addr(u, &w[u]),
+        arg: cap as u64,
+        ..base(u)
+    };
+    // SAFETY: as above; the pairs hold `cap`, the residual `w` holds `n`.
+    let time_us = unsafe { time_tasks(comm, warmup, iters, any_order)? };
+    out.push(PartTime {
+        name: "write pairs in any order (and every residual)".into(),
+        time_us,
+    });
     Ok(out)
 }
 
