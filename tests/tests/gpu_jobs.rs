@@ -174,11 +174,14 @@ fn hier_gpu_ranks(
     })
 }
 
-/// The shapes of the hierarchical GPU tests.
-const HIER_SHAPES: [&[&str]; 3] = [
+/// The shapes of the hierarchical GPU tests: node-major, as torchrun and
+/// srun place ranks, and round-robin (`mpirun --map-by node`), whose
+/// reduce-scatter gathers each node's blocks into device scratch first.
+const HIER_SHAPES: [&[&str]; 4] = [
     &["a", "a", "b", "b"],
     &["a", "a", "a", "a", "b", "b", "b", "b"],
     &["a", "b", "c", "d"],
+    &["b", "a", "b", "a"],
 ];
 
 fn gpu_hierarchical_job(dev: usize) {
