@@ -428,6 +428,12 @@ pub fn rows<C: GradBackend>(
                 }
                 s.wait(&own)
             })?;
+            // The ceiling of every fused form: one all-reduce of as many
+            // elements as the whole list, in one call with nothing to pack,
+            // which no form that moves the same bytes in order beats.
+            let mut whole = tensor(comm, total, 7)?;
+            let (one, one_host) =
+                time_and_enqueue(comm, warmup, iters, || g.all_reduce(&mut whole))?;
             let what = format!("resnet50 x{}", lens.len());
             let host = |own: f64| {
                 vec![
@@ -457,6 +463,7 @@ pub fn rows<C: GradBackend>(
             for (form, t, h) in [
                 ("bucket view", view, view_host),
                 ("bucket view stream", view_stream, view_stream_host),
+                ("ceiling: one all-reduce of every element", one, one_host),
             ] {
                 let mut r = row(
                     "fused",
