@@ -71,8 +71,8 @@ mod view;
 pub use crate::gpu::task_blocks;
 pub use backend::{GradBackend, Wire};
 pub use fused::Session;
-pub(crate) use sparse::selection_tasks;
 pub use sparse::SparseSent;
+pub(crate) use sparse::{goes_dense, selection_tasks, sparse_top_k};
 pub use view::{BucketSession, BucketedGrads, Place};
 
 use crate::element::RsElement;

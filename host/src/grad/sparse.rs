@@ -226,18 +226,9 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
         let nn = n as u64;
         let tiles = tiles_for(nn);
         let dense_above = self.config.dense_above;
-        // Whether `count` pairs a rank go as one dense all-reduce instead.
-        let goes_dense = |count: u64| count as f64 > dense_above * nn as f64;
         let [states, tile_counts, pairs, gathered, counts, listed] = &mut self.words;
         let state_words = SelectState::BYTES.div_ceil(8);
-        // Top-K's count is known before it selects, and with it whether the
-        // exchange stays sparse: then its pairs' any-order pass joins the
-        // selection.
-        let top_k = match sparsity {
-            Sparsity::TopK(f) => Some(Sparsity::k_of(f, nn)),
-            Sparsity::Threshold(_) => None,
-        };
-        let sparse_k = top_k.filter(|&k| !goes_dense(k));
+        let sparse_k = sparse_top_k(sparsity, nn, dense_above);
         // Selection, per rank.
         let mut at = Vec::with_capacity(k);
         for (u, q) in own.iter().enumerate() {
@@ -296,7 +287,7 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
                 all.into_iter().max().unwrap_or(0)
             }
         };
-        let dense = goes_dense(cap);
+        let dense = goes_dense(cap, nn, dense_above);
         let mut holds = holds;
         if dense {
             for (u, q) in own.iter().enumerate() {
@@ -396,6 +387,24 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
             dense: false,
         })
     }
+}
+
+/// Whether a selection of `count` of `n` elements goes dense: above
+/// `dense_above` of them, or none at all. The flat sparse all-reduce and
+/// the step between nodes both decide so.
+pub(crate) fn goes_dense(count: u64, n: u64, dense_above: f64) -> bool {
+    n == 0 || count as f64 > dense_above * n as f64
+}
+
+/// Top-K's count of `n` elements where its exchange stays sparse: known
+/// before it selects, so that its pairs' any-order pass can join the
+/// selection ([`selection_tasks`]).
+pub(crate) fn sparse_top_k(sparsity: Sparsity, n: u64, dense_above: f64) -> Option<u64> {
+    match sparsity {
+        Sparsity::TopK(f) => Some(Sparsity::k_of(f, n)),
+        Sparsity::Threshold(_) => None,
+    }
+    .filter(|&k| !goes_dense(k, n, dense_above))
 }
 
 /// The tasks that select from the `n` f32s of work at `base.src` (its

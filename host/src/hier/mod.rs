@@ -13,7 +13,9 @@ use crate::config::CommConfig;
 use crate::element::{DataType, RsElement};
 use crate::error::{Error, Result};
 use crate::front::{Backend, Comm, Engine, Joined};
-use crate::grad::{selection_tasks, Precision, SparseSent, Sparsity, Wire};
+use crate::grad::{
+    goes_dense, selection_tasks, sparse_top_k, Precision, SparseSent, Sparsity, Wire,
+};
 use crate::nodes::Nodes;
 use crate::region::Region;
 use ringreduce_kernels::abi::{LocalArgs, BATCH_RANKS};
@@ -478,22 +480,14 @@ impl<B: Backend> HierComm<B> {
             tiles,
             ..Task::default()
         };
-        // Top-K's count is known before it selects, and with it whether the
-        // exchange stays sparse: then its pairs' any-order pass joins the
-        // selection (they come first in the member's list either way).
-        let any_order = match sparsity {
-            Sparsity::TopK(f)
-                if !wire::goes_dense(Sparsity::k_of(f, nn) as usize, c, dense_above) =>
-            {
-                Some(Task {
-                    dst: pairs,
-                    aux2: res,
-                    arg: Sparsity::k_of(f, nn),
-                    ..select
-                })
-            }
-            _ => None,
-        };
+        // Top-K's pairs, where they stay sparse, come first in the member's
+        // list either way, so their any-order pass joins the selection.
+        let any_order = sparse_top_k(sparsity, nn, dense_above).map(|k| Task {
+            dst: pairs,
+            aux2: res,
+            arg: k,
+            ..select
+        });
         if c > 0 {
             let feedback = feedback(out, res, work, c);
             for t in selection_tasks(select, feedback, sparsity, listed, any_order) {
@@ -524,7 +518,7 @@ impl<B: Backend> HierComm<B> {
                 counts.iter().copied().max().unwrap_or(0) as usize
             }
         };
-        let dense = wire::goes_dense(most - t, c, dense_above);
+        let dense = goes_dense((most - t) as u64, nn, dense_above);
         if dense {
             task(fill(acc, len))?;
             if c > 0 {

@@ -20,12 +20,6 @@ pub(crate) enum Step {
     Wire(Wire),
 }
 
-/// Whether a selection of `count` of a shard of `shard` elements goes
-/// dense: above `dense_above` of the shard, or no shard at all.
-pub(crate) fn goes_dense(count: usize, shard: usize, dense_above: f64) -> bool {
-    shard == 0 || count as f64 > dense_above * shard as f64
-}
-
 /// What a call that compressed nothing sent: on one node there is no
 /// step between nodes.
 pub(crate) const UNCOMPRESSED: SparseSent = SparseSent {
