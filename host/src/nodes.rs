@@ -112,6 +112,12 @@ impl Nodes {
         self.members.len() == 1
     }
 
+    /// Whether node `node`'s ranks are consecutive job ranks, so that its
+    /// ranks' blocks of a job-wide array are one run, in local order.
+    pub fn is_run(&self, node: usize) -> bool {
+        self.members[node].windows(2).all(|w| w[1] == w[0] + 1)
+    }
+
     /// Whether each node's ranks are consecutive (`node * per_node +
     /// local`), as torchrun and Slurm's block distribution number them.
     pub fn is_node_major(&self) -> bool {
@@ -134,6 +140,7 @@ mod tests {
         assert_eq!(n.across(1), vec![1, 3]);
         assert_eq!(n.name(1), "b");
         assert!(n.is_node_major() && !n.is_one_node());
+        assert!(n.is_run(0) && n.is_run(1));
     }
 
     #[test]
@@ -147,6 +154,7 @@ mod tests {
         assert_eq!(n.across(2), vec![4, 5]);
         assert_eq!((n.node_of(5), n.local_of(5)), (1, 2));
         assert!(!n.is_node_major());
+        assert!(!n.is_run(0) && !n.is_run(1));
     }
 
     #[test]

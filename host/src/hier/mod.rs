@@ -832,9 +832,7 @@ impl<B: Backend> HierComm<B> {
         let (_staging, parts) = self.staging(room(bytes) + count * bytes)?;
         let all = parts + room(bytes) as u64;
         let b = &self.intra.b;
-        let consecutive = |r: &[usize]| r.windows(2).all(|w| w[1] == w[0] + 1);
-        let runs_apart = (0..count).all(|m| consecutive(nodes.members(m)));
-        let scratch = if runs_apart {
+        let scratch = if (0..count).all(|m| nodes.is_run(m)) {
             None
         } else {
             Some(b.zeroed::<T>(HERE, per * c)?)
@@ -842,7 +840,7 @@ impl<B: Backend> HierComm<B> {
         for m in 0..count {
             let members = nodes.members(m);
             let node = match &scratch {
-                Some(run) if !consecutive(members) => {
+                Some(run) if !nodes.is_run(m) => {
                     // One scratch for every such node: the queue runs these
                     // copies after the previous node's step has taken its run.
                     for (l, &g) in members.iter().enumerate() {
