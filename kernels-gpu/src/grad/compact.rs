@@ -294,7 +294,7 @@ pub unsafe fn write_any_order<L: Lanes>(g: &L, t: &Task) {
             pairs.add(slot as usize).write(i | ((bits as u64) << 32));
         }
     };
-    let res_quads = t.aux2.is_multiple_of(16);
+    let res_quads = all_aligned(&[(t.aux2, 16)]);
     each_round(
         g,
         t.src,
