@@ -6,7 +6,7 @@
 //! for tests: it moves whole shards and is as slow as that sounds.
 
 use crate::error::{Error, Result};
-use cudarc::driver::{result, CudaContext};
+use cudarc::driver::{result, CudaContext, CudaEvent};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
@@ -29,8 +29,51 @@ pub(crate) trait Across: Send + Sync {
     /// Both ranges must be valid in that memory, must not overlap, and
     /// nothing else may use them until the call returns.
     unsafe fn all_gather_at(&self, mine: u64, bytes: usize, all: u64) -> Result<()>;
+    /// [`all_gather_at`](Self::all_gather_at), queued to start once the
+    /// rank's queue has run what it holds now, returning without waiting
+    /// for it, so that the rank's queue goes on with other work (another
+    /// bucket's steps inside the node) while the bytes move.
+    /// [`join`](Self::join) orders the rank's later work after it and
+    /// [`settle`](Self::settle) waits for every step queued. The default
+    /// runs it at once, after `drain` has emptied the rank's queue: the
+    /// stand-ins move bytes through the host, which cannot wait on a queue.
+    ///
+    /// # Safety
+    /// As [`all_gather_at`](Self::all_gather_at)'s, until
+    /// [`settle`](Self::settle) has returned.
+    unsafe fn queue_all_gather_at(
+        &self,
+        mine: u64,
+        bytes: usize,
+        all: u64,
+        drain: &dyn Fn() -> Result<()>,
+    ) -> Result<Ticket> {
+        drain()?;
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.all_gather_at(mine, bytes, all)? };
+        Ok(Ticket::Done)
+    }
+    /// Makes the rank's queue wait, on the device, for a queued step.
+    fn join(&self, ticket: &Ticket) -> Result<()> {
+        let _ = ticket;
+        Ok(())
+    }
+    /// Waits for every queued step, polling for errors, an abort and the
+    /// timeout as [`all_gather_at`](Self::all_gather_at) does.
+    fn settle(&self) -> Result<()> {
+        Ok(())
+    }
     /// Ends every call in flight on every member (a lost peer, an abort).
     fn abort(&self);
+}
+
+/// A step queued by [`Across::queue_all_gather_at`].
+pub(crate) enum Ticket {
+    /// It has run.
+    Done,
+    /// It ends where this event, on the step's own stream, completes.
+    #[cfg_attr(not(feature = "nccl"), allow(dead_code))]
+    Queued(CudaEvent),
 }
 
 /// One link to another member: a reading and a writing handle of one

@@ -6,6 +6,7 @@
 //! (a sub-range, the in-place layouts, split buffers), guards included.
 
 use crate::data::inputs;
+use ringreduce::grad::bucket::{plan, Bucket, Item};
 use ringreduce::grad::{GradBackend, Wire};
 use ringreduce::nodes::Nodes;
 use ringreduce::reference::{
@@ -238,6 +239,80 @@ pub fn grad_cases<C: GradBackend>(comm: &C, nodes: &Nodes, rank: usize) -> Resul
             differing(&download(&r)?, &flat_res[rank]),
         );
     }
+
+    // Dense over several buckets, which a job that spans nodes keeps two
+    // in flight (one bucket's step between nodes runs while the next is
+    // reduced inside its node): fused, with a tensor too long for a bucket
+    // among them, and gradients stored in their buckets. Each bucket's
+    // reference is the all-reduce of its own contents.
+    let cap = 1024;
+    let small = GradConfig {
+        bucket_bytes: cap * 4,
+        ..g.config().clone()
+    };
+    let op = if small.average { Op::Avg } else { Op::Sum };
+    let lens = [1000usize, 4, 512, 0, 16, 600, 3000, 200, 64, 1020];
+    let buckets = plan(&lens, cap);
+    out.add(
+        "several buckets, two of them packed in a row",
+        usize::from(buckets.len() < 5),
+    );
+    let all = tensors(13 << 32, world, &lens);
+    let mut t = upload(&all[rank])?;
+    GradSync::new(comm, small.clone())?.fused_all_reduce(&mut t)?;
+    let starts: Vec<usize> = lens
+        .iter()
+        .scan(0, |at, &n| {
+            *at += n;
+            Some(*at - n)
+        })
+        .collect();
+    let mut want = vec![0.0f32; lens.iter().sum()];
+    for b in &buckets {
+        let items = match b {
+            Bucket::Packed { items, .. } => items.clone(),
+            &Bucket::Alone { tensor } => vec![Item {
+                tensor,
+                offset: 0,
+                len: lens[tensor],
+            }],
+        };
+        let len = items.last().map_or(0, |i| i.offset + i.len);
+        let contents: Vec<Vec<f32>> = (0..world)
+            .map(|r| {
+                let mut bucket = vec![0.0f32; len];
+                for i in &items {
+                    bucket[i.offset..i.offset + i.len].copy_from_slice(&all[r][i.tensor]);
+                }
+                bucket
+            })
+            .collect();
+        let refs: Vec<&[f32]> = contents.iter().map(Vec::as_slice).collect();
+        let reduced = hierarchical_all_reduce(&refs, nodes, algorithm_for, ring, op);
+        for i in &items {
+            want[starts[i.tensor]..starts[i.tensor] + i.len]
+                .copy_from_slice(&reduced[i.offset..i.offset + i.len]);
+        }
+    }
+    out.add("fused, several buckets", differing(&download(&t)?, &want));
+
+    let mut gv = GradSync::new(comm, small)?;
+    let mut grads = gv.bucketed(&lens)?;
+    let blens: Vec<usize> = (0..grads.buckets())
+        .map(|b| C::len_of(&grads.bucket(b)[0]))
+        .collect();
+    let data = tensors(17 << 32, world, &blens);
+    for (b, d) in data[rank].iter().enumerate() {
+        comm.write(rank, &mut grads.bucket_mut(b)[0], 0, d)?;
+    }
+    gv.all_reduce_bucketed(&mut grads)?;
+    let mut wrong = usize::from(blens.len() < 3);
+    for b in 0..blens.len() {
+        let refs: Vec<&[f32]> = data.iter().map(|d| d[b].as_slice()).collect();
+        let reduced = hierarchical_all_reduce(&refs, nodes, algorithm_for, ring, op);
+        wrong += differing(&comm.download(rank, &grads.bucket(b)[0])?, &reduced);
+    }
+    out.add("gradients in their buckets, several buckets", wrong);
     Ok(out)
 }
 

@@ -88,6 +88,12 @@ pub trait Engine: Sized {
     fn device_context(&self) -> Option<std::sync::Arc<cudarc::driver::CudaContext>> {
         None
     }
+    /// The stream this process's rank runs its work on, which a queued
+    /// step between nodes waits for and is waited for by: `None` without a
+    /// device.
+    fn device_stream(&self) -> Option<std::sync::Arc<cudarc::driver::CudaStream>> {
+        None
+    }
     /// What a lost or aborting peer sets off (see [`Alarm`]).
     fn alarm(&self) -> Alarm;
     /// As a rank of a job leaves: its work ends, and it lets go of its

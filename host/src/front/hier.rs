@@ -183,10 +183,10 @@ fn link_by_nccl<B: Engine>(
     members: usize,
     timeout: std::time::Duration,
 ) -> Result<Arc<dyn Across>> {
-    let ctx = b
-        .device_context()
-        .ok_or_else(|| Error::NcclUnavailable("this backend has no device for NCCL".into()))?;
-    let a = crate::nccl::across::NcclAcross::init(ctx, id, me, members, timeout)?;
+    let none = || Error::NcclUnavailable("this backend has no device for NCCL".into());
+    let ctx = b.device_context().ok_or_else(none)?;
+    let rank_stream = b.device_stream().ok_or_else(none)?;
+    let a = crate::nccl::across::NcclAcross::init(ctx, rank_stream, id, me, members, timeout)?;
     Ok(Arc::new(a))
 }
 

@@ -445,6 +445,9 @@ impl Engine for GpuBackend {
     fn device_context(&self) -> Option<Arc<cudarc::driver::CudaContext>> {
         self.inner.ranks.first().map(|r| r.ctx.clone())
     }
+    fn device_stream(&self) -> Option<Arc<CudaStream>> {
+        self.streams.first().cloned()
+    }
     fn alarm(&self) -> Alarm {
         let inner = self.inner.clone();
         Box::new(move |e| {

@@ -95,6 +95,51 @@ pub trait GradBackend: Collectives {
         let _ = (buf, n, wire, residual, queue);
         None
     }
+
+    /// A dense all-reduce [`begin_all_reduce`](Self::begin_all_reduce)
+    /// began.
+    type Begun<'a>
+    where
+        Self: 'a;
+
+    /// For a backend whose ranks span nodes, begins the in-place
+    /// all-reduce (`op`) of the first `n` elements of this process's one
+    /// rank's `buf`, ordered after `queue`, and returns once its step
+    /// between nodes is queued: the caller queues the next bucket's node
+    /// steps while the bytes move. `slot` (0 or 1) names the step's
+    /// staging, one begun all-reduce per slot.
+    /// [`end_all_reduce`](Self::end_all_reduce) finishes it and
+    /// [`settle`](Self::settle) waits. `None`, the default: the backend
+    /// has no such step, and the caller all-reduces as usual.
+    fn begin_all_reduce<'a>(
+        &'a self,
+        buf: &mut Self::Buf<f32>,
+        n: usize,
+        op: Op,
+        queue: &Self::Queue,
+        slot: usize,
+    ) -> Option<Result<Self::Begun<'a>>> {
+        let _ = (buf, n, op, queue, slot);
+        None
+    }
+
+    /// Queues the rest of an all-reduce of `buf` that
+    /// [`begin_all_reduce`](Self::begin_all_reduce) began, once its step
+    /// between nodes has landed, with `queue` ordered after it.
+    fn end_all_reduce(
+        &self,
+        buf: &mut Self::Buf<f32>,
+        begun: Self::Begun<'_>,
+        queue: &Self::Queue,
+    ) -> Result<()> {
+        let _ = (buf, begun, queue);
+        Ok(())
+    }
+
+    /// Waits for every all-reduce begun and ended.
+    fn settle(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// What a backend whose ranks span nodes compresses of the step between
@@ -122,6 +167,7 @@ pub enum Wire {
 impl GradBackend for Communicator {
     type Queue = Arc<CudaStream>;
     type Hold = ();
+    type Begun<'a> = ();
 
     fn new_queues(&self) -> Result<Vec<Arc<CudaStream>>> {
         self.new_group_streams()
@@ -215,6 +261,7 @@ impl GradBackend for Communicator {
 impl GradBackend for CpuCommunicator {
     type Queue = ();
     type Hold = crate::cpu::Hold;
+    type Begun<'a> = ();
 
     fn new_queues(&self) -> Result<Vec<()>> {
         Ok(vec![(); self.local_ranks().len()])

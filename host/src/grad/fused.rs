@@ -11,6 +11,14 @@ use crate::region::Region;
 use ringreduce_kernels::grad::abi::{half_arg, Task, TaskKind};
 use ringreduce_kernels::{Collective, DataType, Op};
 
+/// Buckets whose all-reduce is begun and not yet ended, oldest first:
+/// each one's slot, its tensors' places and what the backend began.
+type Flight<'c, C> = std::collections::VecDeque<(usize, Vec<Item>, <C as GradBackend>::Begun<'c>)>;
+
+/// How many buckets may be in flight: one on the wire while the next is
+/// reduced inside the node (the gradient layer's two bucket slots).
+pub(super) const BEGUN_AT_ONCE: usize = 2;
+
 /// How a bucket or tensor is reduced.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum Reduce {
@@ -110,18 +118,101 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
             lens.push(self.check_tensor(t)?);
         }
         let own = self.own.clone();
-        for b in plan(&lens, self.cap()) {
+        let done = self.fused_buckets(tensors, &lens, mode, &own);
+        // Whatever happened, nothing runs on into the caller's tensors
+        // once the call has returned.
+        let settled = self.comm.settle();
+        done.and(settled)
+    }
+
+    /// The buckets of a fused call, in order. Where the backend begins an
+    /// all-reduce ([`GradBackend::begin_all_reduce`]: ranks on several
+    /// nodes), a bucket's step between nodes runs while the next bucket is
+    /// packed and reduced inside the node, two buckets in flight, each in
+    /// its own slot; each bucket's result is the one a lone all-reduce of
+    /// it gives.
+    fn fused_buckets(
+        &mut self,
+        tensors: &mut [Vec<C::Buf<f32>>],
+        lens: &[usize],
+        mode: Reduce,
+        own: &[C::Queue],
+    ) -> Result<()> {
+        let mut flight: Flight<'c, C> = Default::default();
+        let mut next = 0;
+        for b in plan(lens, self.cap()) {
             match b {
                 Bucket::Alone { tensor } => {
-                    self.reduce_tensor(&mut tensors[tensor], lens[tensor], mode, &own)?
+                    self.land_all(&mut flight, tensors, own)?;
+                    self.reduce_tensor(&mut tensors[tensor], lens[tensor], mode, own)?
                 }
                 Bucket::Packed { items, len } => {
+                    let s = next;
+                    next = (next + 1) % BEGUN_AT_ONCE;
                     let all: Vec<&[C::Buf<f32>]> = tensors.iter().map(|t| t.as_slice()).collect();
-                    self.pack(0, &items, &all, &own, true)?;
-                    self.reduce_bucket(0, len, mode, &own)?;
-                    self.pack(0, &items, &all, &own, false)?;
+                    self.pack(s, &items, &all, own, true)?;
+                    match self.begin_bucket(s, len, mode, own) {
+                        Some(begun) => {
+                            flight.push_back((s, items, begun?));
+                            if flight.len() == BEGUN_AT_ONCE {
+                                self.land_oldest(&mut flight, tensors, own)?;
+                            }
+                        }
+                        None => {
+                            self.reduce_bucket(s, len, mode, own)?;
+                            self.pack(s, &items, &all, own, false)?;
+                        }
+                    }
                 }
             }
+        }
+        self.land_all(&mut flight, tensors, own)
+    }
+
+    /// Begins the plain all-reduce of the first `len` elements of bucket
+    /// `b` (staging slot `b`), where the backend begins them: one rank of
+    /// a job that spans nodes.
+    fn begin_bucket(
+        &mut self,
+        b: usize,
+        len: usize,
+        mode: Reduce,
+        q: &[C::Queue],
+    ) -> Option<Result<C::Begun<'c>>> {
+        let (comm, op) = (self.comm, self.op());
+        match (mode, self.buckets[b].all_mut().as_mut_slice(), q) {
+            (Reduce::Plain, [buf], [q]) if len > 0 => comm.begin_all_reduce(buf, len, op, q, b),
+            _ => None,
+        }
+    }
+
+    /// Ends the oldest bucket in flight and unpacks it.
+    fn land_oldest(
+        &mut self,
+        flight: &mut Flight<'c, C>,
+        tensors: &[Vec<C::Buf<f32>>],
+        q: &[C::Queue],
+    ) -> Result<()> {
+        let Some((b, items, begun)) = flight.pop_front() else {
+            return Ok(());
+        };
+        let comm = self.comm;
+        if let ([buf], [qu]) = (self.buckets[b].all_mut().as_mut_slice(), q) {
+            comm.end_all_reduce(buf, begun, qu)?;
+        }
+        let all: Vec<&[C::Buf<f32>]> = tensors.iter().map(|t| t.as_slice()).collect();
+        self.pack(b, &items, &all, q, false)
+    }
+
+    /// Ends and unpacks every bucket in flight, oldest first.
+    fn land_all(
+        &mut self,
+        flight: &mut Flight<'c, C>,
+        tensors: &[Vec<C::Buf<f32>>],
+        q: &[C::Queue],
+    ) -> Result<()> {
+        while !flight.is_empty() {
+            self.land_oldest(flight, tensors, q)?;
         }
         Ok(())
     }

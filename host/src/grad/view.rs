@@ -27,9 +27,10 @@
 
 use super::backend::GradBackend;
 use super::bucket::{plan, Bucket};
-use super::fused::{reduce_plain, Reduce};
+use super::fused::{reduce_plain, Reduce, BEGUN_AT_ONCE};
 use super::GradSync;
 use crate::error::{Error, Result};
+use std::collections::VecDeque;
 use std::ops::Range;
 
 /// Where one tensor lives: elements `at` of bucket `bucket`, on every rank.
@@ -148,9 +149,56 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
     fn bucketed_with(&mut self, grads: &mut BucketedGrads<C>, mode: Reduce) -> Result<()> {
         self.check_bucketed(grads)?;
         let own = self.own.clone();
+        let done = self.bucketed_in_order(grads, mode, &own);
+        // Nothing runs on into the buckets once the call has returned.
+        let settled = self.comm.settle();
+        done.and(settled)
+    }
+
+    /// Each bucket in order. Where the backend begins an all-reduce
+    /// ([`GradBackend::begin_all_reduce`]: ranks on several nodes), a
+    /// bucket's step between nodes runs while the next one is reduced
+    /// inside the node, as the fused call's buckets do.
+    fn bucketed_in_order(
+        &mut self,
+        grads: &mut BucketedGrads<C>,
+        mode: Reduce,
+        own: &[C::Queue],
+    ) -> Result<()> {
+        let (comm, op) = (self.comm, self.op());
+        let mut flight: VecDeque<(usize, C::Begun<'c>)> = VecDeque::new();
+        let land = |grads: &mut BucketedGrads<C>, (b, begun): (usize, C::Begun<'c>)| match (
+            grads.bufs[b].as_mut_slice(),
+            own,
+        ) {
+            ([buf], [q]) => comm.end_all_reduce(buf, begun, q),
+            _ => Ok(()),
+        };
         for b in 0..grads.bufs.len() {
             let n = C::len_of(&grads.bufs[b][0]);
-            self.reduce_tensor(&mut grads.bufs[b], n, mode, &own)?;
+            let begun = match (mode, grads.bufs[b].as_mut_slice(), own) {
+                (Reduce::Plain, [buf], [q]) if n > 0 => {
+                    comm.begin_all_reduce(buf, n, op, q, b % BEGUN_AT_ONCE)
+                }
+                _ => None,
+            };
+            match begun {
+                Some(begun) => {
+                    flight.push_back((b, begun?));
+                    if flight.len() == BEGUN_AT_ONCE {
+                        land(grads, flight.pop_front().expect("in flight"))?;
+                    }
+                }
+                None => {
+                    while let Some(f) = flight.pop_front() {
+                        land(grads, f)?;
+                    }
+                    self.reduce_tensor(&mut grads.bufs[b], n, mode, own)?;
+                }
+            }
+        }
+        while let Some(f) = flight.pop_front() {
+            land(grads, f)?;
         }
         Ok(())
     }

@@ -4,7 +4,7 @@
 //! rank's node communicator's; the collectives are the hierarchical ones,
 //! which wait for their result.
 
-use super::{HierComm, Step, HERE};
+use super::{Begun, HierComm, Step, HERE};
 use crate::collectives::Collectives;
 use crate::config::CommConfig;
 use crate::cpu::CpuBackend;
@@ -259,6 +259,34 @@ macro_rules! grad_backend {
                 Some(self.across_queues(queues, || {
                     self.all_reduce_at(buf, 0..n, Step::Wire(wire), residual)
                 }))
+            }
+            type Begun<'a> = Begun<'a, $b>;
+            fn begin_all_reduce<'a>(
+                &'a self,
+                buf: &mut <$b as Engine>::Buf<f32>,
+                n: usize,
+                op: Op,
+                queue: &Self::Queue,
+                slot: usize,
+            ) -> Option<Result<Begun<'a, $b>>> {
+                let own = self.intra.own_queues();
+                let begun = self
+                    .intra
+                    .order(&own, std::slice::from_ref(queue))
+                    .and_then(|_| self.begin_all_reduce_at(buf, 0..n, op, slot));
+                Some(begun)
+            }
+            fn end_all_reduce(
+                &self,
+                buf: &mut <$b as Engine>::Buf<f32>,
+                begun: Begun<'_, $b>,
+                queue: &Self::Queue,
+            ) -> Result<()> {
+                let queues = std::slice::from_ref(queue);
+                self.across_queues(queues, || self.end_all_reduce_at(buf, begun))
+            }
+            fn settle(&self) -> Result<()> {
+                HierComm::settle(self)
             }
         }
     };

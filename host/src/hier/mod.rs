@@ -6,7 +6,7 @@
 mod collectives;
 mod wire;
 
-use crate::across::Across;
+use crate::across::{Across, Ticket};
 use crate::bootstrap::{UniqueId, Watch, POLL};
 use crate::collectives::Collectives;
 use crate::config::CommConfig;
@@ -47,8 +47,42 @@ pub struct HierComm<B: Backend> {
     cause: Arc<OnceLock<Error>>,
     /// The step between nodes' staging in this rank's memory, grown on
     /// demand and kept: every node's owned elements (and, with a tail,
-    /// the rank's own, gathered into one range to send).
-    staging: Mutex<Option<B::Buf<u8>>>,
+    /// the rank's own, gathered into one range to send). Two slots, so
+    /// that one bucket's step may run while the next one's is queued.
+    staging: [Mutex<Option<B::Buf<u8>>>; STAGING_SLOTS],
+}
+
+/// How many dense all-reduces may be begun at once
+/// ([`HierComm::begin_all_reduce_at`]): one on the wire while the next
+/// one's node steps run.
+pub(crate) const STAGING_SLOTS: usize = 2;
+
+/// A dense all-reduce whose step between nodes was queued by
+/// [`HierComm::begin_all_reduce_at`] and may still be running;
+/// [`HierComm::end_all_reduce_at`] finishes it.
+pub struct Begun<'a, B: Backend> {
+    /// Keeps the step's staging slot this all-reduce's.
+    _staging: Option<Staging<'a, B>>,
+    /// The step between nodes, to fold in once it has landed.
+    crossing: Option<Crossing>,
+    /// The node's whole shards, to all-gather after the fold.
+    shards: Range<usize>,
+}
+
+/// A dense step between nodes, queued: where the rank's owned elements
+/// are, where every node's landed, and what to fold them with.
+struct Crossing {
+    /// The shard's and the tail's first elements in the rank's buffer.
+    out: u64,
+    out_tail: u64,
+    /// Their lengths, in elements.
+    c: usize,
+    t: usize,
+    /// Every node's `shard ++ tail`, in node order, `bytes` each.
+    all: u64,
+    bytes: usize,
+    op: Op,
+    ticket: Ticket,
 }
 
 /// Where each part of the step's staging starts: a multiple of the wide
@@ -95,7 +129,7 @@ impl<B: Backend> HierComm<B> {
             rank,
             watch: Some(j.watch),
             cause: j.cause,
-            staging: Mutex::new(None),
+            staging: Default::default(),
         })
     }
 
@@ -176,26 +210,68 @@ impl<B: Backend> HierComm<B> {
         if matches!(step, Step::Wire(_)) && T::DTYPE != DataType::F32 {
             return Err(Error::HalfNeedsF32(T::DTYPE.name()));
         }
-        let n = at.len();
-        if self.nodes.is_one_node() {
-            // One host: no step between nodes, so nothing is compressed;
-            // the host's own all-reduce, as a flat job runs it.
-            let op = match step {
-                Step::Full(op) => op,
-                Step::Wire(Wire::Half { prescale: true, .. }) => Op::Avg,
-                Step::Wire(_) => Op::Sum,
-            };
-            let mut r = [Region::InPlace { buf, at }];
-            self.intra.all_reduce(&mut r, op)?;
-            self.intra.synchronize()?;
-            return Ok(wire::UNCOMPRESSED);
-        }
-        let inner = match step {
-            Step::Full(Op::Avg) | Step::Wire(_) => Op::Sum,
-            Step::Full(op) => op,
+        let (op, wire) = match step {
+            Step::Full(op) => (op, None),
+            Step::Wire(w @ Wire::Half { prescale: true, .. }) => (Op::Avg, Some(w)),
+            Step::Wire(w) => (Op::Sum, Some(w)),
         };
-        let (l, per) = (self.nodes.local_of(self.rank), self.nodes.per_node());
-        let c = n / per;
+        let Some(wire) = wire.filter(|_| !self.nodes.is_one_node()) else {
+            // The dense step, or one host (where no step between nodes is
+            // compressed: the host's own all-reduce, as a flat job runs
+            // it): begun, ended and waited for.
+            let begun = self.begin_steps(buf, at, op, 0)?;
+            self.end_steps(buf, begun)?;
+            self.settle_steps()?;
+            return Ok(wire::UNCOMPRESSED);
+        };
+        let (o, main) = self.node_reduce(buf, &at, Op::Sum, residual.as_deref_mut())?;
+        let (l, c) = (
+            self.nodes.local_of(self.rank),
+            (main - o) / self.nodes.per_node(),
+        );
+        let shard = o + l * c..o + (l + 1) * c;
+        let sent = match wire {
+            Wire::Half {
+                precision,
+                prescale,
+            } => {
+                self.cross_half_in_place(buf, shard, main..at.end, precision, prescale)?;
+                wire::UNCOMPRESSED
+            }
+            Wire::Sparse {
+                sparsity,
+                dense_above,
+            } => {
+                let how = (sparsity, dense_above);
+                let owned = (shard, main..at.end);
+                let (sent, node_done) =
+                    self.cross_sparse_in_place(buf, o..main, owned, how, residual)?;
+                if node_done {
+                    self.intra.synchronize()?;
+                    return Ok(sent);
+                }
+                sent
+            }
+        };
+        self.node_gather(buf, o..main)?;
+        self.intra.synchronize()?;
+        Ok(sent)
+    }
+
+    /// The node's first steps over `at` of `buf`, queued: the
+    /// reduce-scatter (`inner`) of its whole shards, then the all-reduce of
+    /// the tail past them (fewer elements than the node's ranks), which
+    /// `residual`, where given, joins first. Returns where the shards start
+    /// and end.
+    fn node_reduce<T: RsElement>(
+        &self,
+        buf: &mut B::Buf<T>,
+        at: &Range<usize>,
+        inner: Op,
+        residual: Option<&mut B::Buf<f32>>,
+    ) -> Result<(usize, usize)> {
+        let per = self.nodes.per_node();
+        let c = at.len() / per;
         let (o, main) = (at.start, at.start + c * per);
         let me = self.intra.local_ranks().start;
         if c > 0 {
@@ -207,7 +283,7 @@ impl<B: Backend> HierComm<B> {
         }
         let t = at.end - main;
         if t > 0 {
-            if let Some(r) = residual.as_deref_mut() {
+            if let Some(r) = residual {
                 // Every local rank carries the tail across, so it must be
                 // the same on all of them: each rank's residual joins its
                 // tail before the node's all-reduce and is all sent.
@@ -228,70 +304,132 @@ impl<B: Backend> HierComm<B> {
             }];
             self.intra.all_reduce(&mut r, inner)?;
         }
-        let shard = o + l * c..o + (l + 1) * c;
-        let sent = match step {
-            Step::Full(op) => {
-                self.cross_in_place(buf, shard, main..at.end, op)?;
-                wire::UNCOMPRESSED
-            }
-            Step::Wire(Wire::Half {
-                precision,
-                prescale,
-            }) => {
-                self.cross_half_in_place(buf, shard, main..at.end, precision, prescale)?;
-                wire::UNCOMPRESSED
-            }
-            Step::Wire(Wire::Sparse {
-                sparsity,
-                dense_above,
-            }) => {
-                let how = (sparsity, dense_above);
-                let owned = (shard, main..at.end);
-                let (sent, node_done) =
-                    self.cross_sparse_in_place(buf, o..main, owned, how, residual)?;
-                if node_done {
-                    self.intra.synchronize()?;
-                    return Ok(sent);
-                }
-                sent
-            }
-        };
-        if c > 0 {
-            let mut r = [Region::InPlace {
-                buf: &mut *buf,
-                at: o..main,
-            }];
-            self.intra.all_gather(&mut r)?;
-        }
-        self.intra.synchronize()?;
-        Ok(sent)
+        Ok((o, main))
     }
 
-    /// The step between nodes in the rank's own memory: its owned
-    /// elements (`shard`, then `tail`, of `buf`) gathered from every node
-    /// into staging, then folded in node order back into place by the
-    /// local engine, every node a rank of it (`Avg` sums and divides once,
-    /// by the job's size). Nothing crosses to the host.
-    fn cross_in_place<T: RsElement>(
+    /// The node's last step, queued: the all-gather of its whole shards.
+    fn node_gather<T: RsElement>(&self, buf: &mut B::Buf<T>, shards: Range<usize>) -> Result<()> {
+        if shards.is_empty() {
+            return Ok(());
+        }
+        let mut r = [Region::InPlace { buf, at: shards }];
+        self.intra.all_gather(&mut r)
+    }
+
+    /// Begins the dense all-reduce (`op`) of `at` of `buf`: the node's
+    /// reduce-scatter and the step between nodes are queued, with staging
+    /// slot `slot`, and the call returns without waiting for the bytes to
+    /// move, so that the caller may queue another all-reduce's node steps
+    /// while they do. [`end_all_reduce_at`](Self::end_all_reduce_at)
+    /// queues the rest; [`settle`](Self::settle) waits. The fold order and
+    /// the result are [`all_reduce`](Self::all_reduce)'s.
+    pub(crate) fn begin_all_reduce_at<T: RsElement>(
+        &self,
+        buf: &mut B::Buf<T>,
+        at: Range<usize>,
+        op: Op,
+        slot: usize,
+    ) -> Result<Begun<'_, B>> {
+        self.begin_steps(buf, at, op, slot)
+            .map_err(|e| self.in_job(e))
+    }
+
+    /// Ends an all-reduce of `buf` that
+    /// [`begin_all_reduce_at`](Self::begin_all_reduce_at) began: once its
+    /// step between nodes has landed (the rank's queue waits for it on the
+    /// device), the fold in node order and the node's all-gather, queued.
+    pub(crate) fn end_all_reduce_at<T: RsElement>(
+        &self,
+        buf: &mut B::Buf<T>,
+        begun: Begun<'_, B>,
+    ) -> Result<()> {
+        self.end_steps(buf, begun).map_err(|e| self.in_job(e))
+    }
+
+    /// Waits for every all-reduce begun and ended: the steps between nodes
+    /// (polled for errors, an abort and the timeout), then the rank's
+    /// queue.
+    pub(crate) fn settle(&self) -> Result<()> {
+        self.settle_steps().map_err(|e| self.in_job(e))
+    }
+
+    fn begin_steps<T: RsElement>(
+        &self,
+        buf: &mut B::Buf<T>,
+        at: Range<usize>,
+        op: Op,
+        slot: usize,
+    ) -> Result<Begun<'_, B>> {
+        if self.nodes.is_one_node() {
+            let mut r = [Region::InPlace { buf, at }];
+            self.intra.all_reduce(&mut r, op)?;
+            return Ok(Begun {
+                _staging: None,
+                crossing: None,
+                shards: 0..0,
+            });
+        }
+        let inner = if op == Op::Avg { Op::Sum } else { op };
+        let (o, main) = self.node_reduce(buf, &at, inner, None)?;
+        let (l, c) = (
+            self.nodes.local_of(self.rank),
+            (main - o) / self.nodes.per_node(),
+        );
+        let shard = o + l * c..o + (l + 1) * c;
+        let (staging, crossing) = self.queue_cross(buf, shard, main..at.end, op, slot)?;
+        Ok(Begun {
+            _staging: staging,
+            crossing,
+            shards: o..main,
+        })
+    }
+
+    fn end_steps<T: RsElement>(&self, buf: &mut B::Buf<T>, begun: Begun<'_, B>) -> Result<()> {
+        if let Some(x) = &begun.crossing {
+            self.across.join(&x.ticket)?;
+            let node = |at: usize| -> Vec<u64> {
+                let m = self.nodes.count();
+                (0..m).map(|u| x.all + (u * x.bytes + at) as u64).collect()
+            };
+            let sz = std::mem::size_of::<T>();
+            self.fold_chain::<T>(x.out, &node(0), x.c, x.op)?;
+            self.fold_chain::<T>(x.out_tail, &node(x.c * sz), x.t, x.op)?;
+        }
+        self.node_gather(buf, begun.shards.clone())
+    }
+
+    fn settle_steps(&self) -> Result<()> {
+        self.across.settle().map_err(|e| self.cause_of(e))?;
+        self.intra.synchronize()
+    }
+
+    /// The dense step between nodes in the rank's own memory, queued: its
+    /// owned elements (`shard`, then `tail`, of `buf`) gathered from every
+    /// node into staging slot `slot`, to be folded in node order back into
+    /// place by the local engine, every node a rank of it (`Avg` sums and
+    /// divides once, by the job's size), once they have landed. Nothing
+    /// crosses to the host.
+    fn queue_cross<T: RsElement>(
         &self,
         buf: &B::Buf<T>,
         shard: Range<usize>,
         tail: Range<usize>,
         op: Op,
-    ) -> Result<()> {
+        slot: usize,
+    ) -> Result<(Option<Staging<'_, B>>, Option<Crossing>)> {
         let b = &self.intra.b;
         let sz = std::mem::size_of::<T>();
         let (c, t, m) = (shard.len(), tail.len(), self.nodes.count());
         let bytes = (c + t) * sz;
         if bytes == 0 {
-            return Ok(());
+            return Ok((None, None));
         }
         let out = b.addr_at(HERE, buf, shard.start);
         let out_tail = b.addr_at(HERE, buf, tail.start);
         // Send straight from the shard; with a tail, the two together from
         // staging, since NCCL sends one range.
         let send_room = if t == 0 { 0 } else { room(bytes) };
-        let (_staging, base) = self.staging(send_room + m * bytes)?;
+        let (staging, base) = self.staging_in(slot, send_room + m * bytes)?;
         let all = base + send_room as u64;
         let send = if t == 0 {
             out
@@ -300,19 +438,40 @@ impl<B: Backend> HierComm<B> {
             self.fold_chain::<T>(base + (c * sz) as u64, &[out_tail], t, Op::Sum)?;
             base
         };
-        self.gather_in_place(send, bytes, all)?;
-        let node =
-            |at: usize| -> Vec<u64> { (0..m).map(|u| all + (u * bytes + at) as u64).collect() };
-        self.fold_chain::<T>(out, &node(0), c, op)?;
-        self.fold_chain::<T>(out_tail, &node(c * sz), t, op)
+        let drain = || self.intra.synchronize();
+        // SAFETY: `send` holds `bytes` of the rank's owned elements, `all`
+        // room for every node's: the caller's buffer and the staging slot
+        // the returned guard holds, which nothing else uses until the
+        // step has landed and been folded (`settle` waits for it).
+        let queued = unsafe { self.across.queue_all_gather_at(send, bytes, all, &drain) };
+        let ticket = queued.map_err(|e| self.cause_of(e))?;
+        let crossing = Crossing {
+            out,
+            out_tail,
+            c,
+            t,
+            all,
+            bytes,
+            op,
+            ticket,
+        };
+        Ok((Some(staging), Some(crossing)))
     }
 
     /// The step's staging, at least `bytes` of it, and its address: the
     /// guard keeps it this call's.
     fn staging(&self, bytes: usize) -> Result<(Staging<'_, B>, u64)> {
-        let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        self.staging_in(0, bytes)
+    }
+
+    /// Slot `slot` of the step's staging, at least `bytes` of it, and its
+    /// address. Growing it first waits for every step queued, which may
+    /// still read or write the old one.
+    fn staging_in(&self, slot: usize, bytes: usize) -> Result<(Staging<'_, B>, u64)> {
+        let mut staging = self.staging[slot].lock().unwrap_or_else(|e| e.into_inner());
         let have = staging.as_ref().map_or(0, <Comm<B> as Collectives>::len_of);
         if have < bytes {
+            self.settle_steps()?;
             let me = self.intra.local_ranks().start;
             *staging = Some(self.intra.upload(me, &vec![0u8; bytes])?);
         }

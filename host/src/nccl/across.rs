@@ -6,9 +6,9 @@
 //! in node order, so the order is ours whatever NCCL's algorithm.
 
 use super::link::Link;
-use crate::across::Across;
+use crate::across::{Across, Ticket};
 use crate::error::Result;
-use cudarc::driver::{CudaContext, CudaSlice, DevicePtr};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use cudarc::nccl::sys::ncclDataType_t;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,6 +16,9 @@ use std::time::Duration;
 /// One member's NCCL link to the others of its local index.
 pub(crate) struct NcclAcross {
     link: Link,
+    /// The stream of the rank's own work, which a queued step waits for
+    /// and is joined by.
+    rank: Arc<CudaStream>,
     /// Send and receive staging on the device, grown on demand.
     staging: Mutex<Option<CudaSlice<u8>>>,
     members: usize,
@@ -23,9 +26,11 @@ pub(crate) struct NcclAcross {
 
 impl NcclAcross {
     /// Member `me` of `members` (one per node, in node order) joins the
-    /// NCCL communicator of `id` on `ctx`'s device.
+    /// NCCL communicator of `id` on `ctx`'s device; `rank` is the stream
+    /// the rank's own work runs on.
     pub fn init(
         ctx: Arc<CudaContext>,
+        rank: Arc<CudaStream>,
         id: &[u8],
         me: usize,
         members: usize,
@@ -33,6 +38,7 @@ impl NcclAcross {
     ) -> Result<NcclAcross> {
         Ok(NcclAcross {
             link: Link::init(ctx, id, me, members, timeout)?,
+            rank,
             staging: Mutex::new(None),
             members,
         })
@@ -73,6 +79,55 @@ impl Across for NcclAcross {
     /// An `ncclAllGather` of bytes on the link's stream, polled to its end
     /// so that a silent peer or an abort cannot hold the call.
     unsafe fn all_gather_at(&self, mine: u64, bytes: usize, all: u64) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.enqueue_all_gather(mine, bytes, all)? };
+        self.link.wait()
+    }
+
+    /// On the link's stream after the rank's: the rank's queue goes on at
+    /// once, and only the work it orders after [`join`](Across::join)
+    /// waits for the bytes.
+    unsafe fn queue_all_gather_at(
+        &self,
+        mine: u64,
+        bytes: usize,
+        all: u64,
+        _drain: &dyn Fn() -> Result<()>,
+    ) -> Result<Ticket> {
+        if bytes == 0 {
+            return Ok(Ticket::Done);
+        }
+        self.link.ctx.bind_to_thread()?;
+        self.link.stream.join(&self.rank)?;
+        // SAFETY: the caller's promise, until `settle`.
+        unsafe { self.enqueue_all_gather(mine, bytes, all)? };
+        Ok(Ticket::Queued(self.link.stream.record_event(None)?))
+    }
+
+    fn join(&self, ticket: &Ticket) -> Result<()> {
+        match ticket {
+            Ticket::Done => Ok(()),
+            Ticket::Queued(ended) => Ok(self.rank.wait(ended)?),
+        }
+    }
+
+    fn settle(&self) -> Result<()> {
+        self.link.wait()
+    }
+
+    fn abort(&self) {
+        self.link.abort();
+    }
+}
+
+impl NcclAcross {
+    /// Enqueues an `ncclAllGather` of `bytes` at `mine` into `all` on the
+    /// link's stream, without waiting for it.
+    ///
+    /// # Safety
+    /// `bytes` at `mine` and `members * bytes` at `all`, device memory of
+    /// this context, until the link's stream has run it.
+    unsafe fn enqueue_all_gather(&self, mine: u64, bytes: usize, all: u64) -> Result<()> {
         if bytes == 0 {
             return Ok(());
         }
@@ -80,7 +135,7 @@ impl Across for NcclAcross {
         let n = self.link.n;
         self.link.enqueue("ncclAllGather", |c, st| {
             // SAFETY: the caller's promise: `bytes` at `mine`, `members *
-            // bytes` at `all`, device memory, until the wait below ends.
+            // bytes` at `all`, device memory, until the stream has run it.
             unsafe {
                 (n.all_gather)(
                     mine as *const _,
@@ -91,11 +146,6 @@ impl Across for NcclAcross {
                     st as _,
                 )
             }
-        })?;
-        self.link.wait()
-    }
-
-    fn abort(&self) {
-        self.link.abort();
+        })
     }
 }
