@@ -296,6 +296,21 @@ pub fn grad_cases<C: GradBackend>(comm: &C, nodes: &Nodes, rank: usize) -> Resul
     }
     out.add("fused, several buckets", differing(&download(&t)?, &want));
 
+    // The same list through a streaming session, pushed in list order, so
+    // that its buckets are the fused call's.
+    let mut t = upload(&all[rank])?;
+    let mut gs = GradSync::new(comm, small.clone())?;
+    let own = comm.own_queues();
+    let mut session = gs.session(own.clone())?;
+    for tensor in t.iter_mut() {
+        session.push(tensor)?;
+    }
+    session.wait(&own)?;
+    out.add(
+        "a session, several buckets",
+        differing(&download(&t)?, &want),
+    );
+
     let mut gv = GradSync::new(comm, small)?;
     let mut grads = gv.bucketed(&lens)?;
     let blens: Vec<usize> = (0..grads.buckets())

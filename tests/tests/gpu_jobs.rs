@@ -205,7 +205,7 @@ fn gpu_hierarchical_grad(dev: usize) {
             .enumerate()
         {
             assert!(
-                code == 0 && lines.iter().any(|l| l == "ok 29 0"),
+                code == 0 && lines.iter().any(|l| l == "ok 30 0"),
                 "{hosts:?}, rank {r}: exit {code}, {lines:?}"
             );
         }

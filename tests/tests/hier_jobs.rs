@@ -89,7 +89,7 @@ fn the_gradient_layer_across_nodes_matches_the_reference() {
         let extra = [("RINGREDUCE_TEST_JOB", "hier-grad".to_string())];
         for (r, (code, lines)) in finish(hier_job(hosts, &extra)).into_iter().enumerate() {
             assert!(
-                code == 0 && lines.iter().any(|l| l == "ok 29 0"),
+                code == 0 && lines.iter().any(|l| l == "ok 30 0"),
                 "{what}, rank {r}: exit {code}, {lines:?}"
             );
         }
