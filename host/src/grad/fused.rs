@@ -15,14 +15,6 @@ use ringreduce_kernels::{Collective, DataType, Op};
 /// each one's slot, its tensors' places and what the backend began.
 type Flight<'c, C> = std::collections::VecDeque<(usize, Vec<Item>, <C as GradBackend>::Begun<'c>)>;
 
-/// A session's buckets in flight, as [`Flight`]'s, each with its tensors.
-type SessionFlight<'c, 't, C> = std::collections::VecDeque<(
-    usize,
-    Vec<Item>,
-    Vec<&'t [<C as crate::collectives::Collectives>::Buf<f32>]>,
-    <C as GradBackend>::Begun<'c>,
-)>;
-
 /// How many buckets may be in flight: one on the wire while the next is
 /// reduced inside the node (the gradient layer's two bucket slots).
 pub(super) const BEGUN_AT_ONCE: usize = 2;
@@ -111,7 +103,6 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
         self.comm.order(&self.net, &self.own)?;
         Ok(Session {
             g: self,
-            flight: Default::default(),
             producers,
             packer: Packer::default(),
             open: Vec::new(),
@@ -504,9 +495,6 @@ fn half_via<C: GradBackend, H: RsElement>(
 /// ordered.
 pub struct Session<'g, 'c, 't, C: GradBackend> {
     g: &'g mut GradSync<'c, C>,
-    /// Buckets whose all-reduce is begun (a job that spans nodes), oldest
-    /// first, each with its tensors, to end and unpack.
-    flight: SessionFlight<'c, 't, C>,
     producers: Vec<C::Queue>,
     packer: Packer,
     /// The tensors of the open bucket, by the packer's item index.
@@ -533,10 +521,6 @@ impl<'t, C: GradBackend> Session<'_, '_, 't, C> {
         let (closed, alone) = self.packer.push(0, n, g.cap());
         if let Some(Bucket::Packed { items, len }) = closed {
             self.launch(&items, len)?;
-        }
-        if alone.is_some() {
-            // It runs now, alone: the buckets in flight end first.
-            self.land_all()?;
         }
         let g = &mut *self.g;
         if alone.is_some() {
@@ -566,7 +550,7 @@ impl<'t, C: GradBackend> Session<'_, '_, 't, C> {
         if let Some(Bucket::Packed { items, len }) = self.packer.take() {
             self.launch(&items, len)?;
         }
-        self.land_all()
+        Ok(())
     }
 
     /// Flushes, then makes each of `queues` (one per rank) wait on the
@@ -584,10 +568,7 @@ impl<'t, C: GradBackend> Session<'_, '_, 't, C> {
         if !self.pushed {
             return Ok(());
         }
-        let flushed = self.flush();
-        // Nothing runs on into the tensors once the call has returned.
-        let settled = self.g.comm.settle();
-        flushed.and(settled)?;
+        self.flush()?;
         let g = &*self.g;
         g.comm.order(queues, &g.net)?;
         g.comm.order(queues, &g.copy)?;
@@ -597,59 +578,22 @@ impl<'t, C: GradBackend> Session<'_, '_, 't, C> {
     }
 
     /// The closed bucket in the current slot: all-reduced and unpacked on
-    /// the communication queue after its packing. Where the backend begins
-    /// it (a job that spans nodes), it stays in flight while the next
-    /// bucket fills, and the one before it ends, as the fused call's do.
+    /// the communication queue after its packing.
     fn launch(&mut self, items: &[Item], len: usize) -> Result<()> {
         let g = &mut *self.g;
         let (copy, net) = (g.copy.clone(), g.net.clone());
         g.comm.order(&net, &copy)?;
+        g.reduce_bucket(self.slot, len, Reduce::Plain, &net)?;
         // Its tensors are the first of the open list, in order.
         let items: Vec<Item> = items
             .iter()
             .enumerate()
             .map(|(i, it)| Item { tensor: i, ..*it })
             .collect();
-        let tensors: Vec<&'t [C::Buf<f32>]> = self
-            .open
-            .drain(..items.len().min(self.open.len()))
-            .collect();
-        let slot = self.slot;
+        g.pack(self.slot, &items, &self.open, &net, false)?;
         self.slot ^= 1;
-        match g.begin_bucket(slot, len, Reduce::Plain, &net) {
-            Some(begun) => {
-                self.flight.push_back((slot, items, tensors, begun?));
-                if self.flight.len() == BEGUN_AT_ONCE {
-                    self.land_oldest()?;
-                }
-                Ok(())
-            }
-            None => {
-                g.reduce_bucket(slot, len, Reduce::Plain, &net)?;
-                g.pack(slot, &items, &tensors, &net, false)
-            }
-        }
-    }
-
-    /// Ends the oldest bucket in flight and unpacks it on the
-    /// communication queue.
-    fn land_oldest(&mut self) -> Result<()> {
-        let Some((b, items, tensors, begun)) = self.flight.pop_front() else {
-            return Ok(());
-        };
-        let g = &mut *self.g;
-        let (comm, net) = (g.comm, g.net.clone());
-        if let ([buf], [q]) = (g.buckets[b].all_mut().as_mut_slice(), net.as_slice()) {
-            comm.end_all_reduce(buf, begun, q)?;
-        }
-        g.pack(b, &items, &tensors, &net, false)
-    }
-
-    /// Ends and unpacks every bucket in flight, oldest first.
-    fn land_all(&mut self) -> Result<()> {
-        while !self.flight.is_empty() {
-            self.land_oldest()?;
-        }
+        // The open bucket's items start again from 0.
+        self.open.drain(..items.len().min(self.open.len()));
         Ok(())
     }
 }
@@ -661,7 +605,6 @@ impl<C: GradBackend> Drop for Session<'_, '_, '_, C> {
     fn drop(&mut self) {
         if !self.done && self.pushed {
             let _ = self.flush();
-            let _ = self.g.comm.settle();
             let g = &*self.g;
             let _ = g.comm.order(&g.own, &g.net);
             let _ = g.comm.order(&g.own, &g.copy);
