@@ -15,6 +15,12 @@ use ringreduce_kernels::grad::abi::Task;
 use ringreduce_kernels::{Collective, Op};
 use std::sync::Arc;
 
+/// How many all-reduces the gradient layer keeps begun at once
+/// ([`GradBackend::begin_all_reduce`]): one bucket on the wire while the
+/// next is reduced inside its node, each in one of the layer's two bucket
+/// slots and of the backend's staging slots.
+pub(crate) const BEGUN_AT_ONCE: usize = 2;
+
 /// A [`Collectives`] backend the gradient layer can run on.
 pub trait GradBackend: Collectives {
     /// An ordered queue of work on one rank (a CUDA stream).
@@ -106,8 +112,8 @@ pub trait GradBackend: Collectives {
     /// all-reduce (`op`) of the first `n` elements of this process's one
     /// rank's `buf`, ordered after `queue`, and returns once its step
     /// between nodes is queued: the caller queues the next bucket's node
-    /// steps while the bytes move. `slot` (0 or 1) names the step's
-    /// staging, one begun all-reduce per slot.
+    /// steps while the bytes move. `slot` (below `BEGUN_AT_ONCE`, 2)
+    /// names the step's staging, one begun all-reduce per slot.
     /// [`end_all_reduce`](Self::end_all_reduce) finishes it and
     /// [`settle`](Self::settle) waits. `None`, the default: the backend
     /// has no such step, and the caller all-reduces as usual.

@@ -1,7 +1,7 @@
 //! The dense paths: one tensor, a whole list through buckets, the
 //! streaming [`Session`], and their half-precision forms.
 
-use super::backend::{GradBackend, Wire};
+use super::backend::{GradBackend, Wire, BEGUN_AT_ONCE};
 use super::bucket::{pieces, plan, words, Bucket, Item, Packer};
 use super::descs::DescCache;
 use super::{across, slot, GradSync, Precision, Slots};
@@ -14,10 +14,6 @@ use ringreduce_kernels::{Collective, DataType, Op};
 /// Buckets whose all-reduce is begun and not yet ended, oldest first:
 /// each one's slot, its tensors' places and what the backend began.
 type Flight<'c, C> = std::collections::VecDeque<(usize, Vec<Item>, <C as GradBackend>::Begun<'c>)>;
-
-/// How many buckets may be in flight: one on the wire while the next is
-/// reduced inside the node (the gradient layer's two bucket slots).
-pub(super) const BEGUN_AT_ONCE: usize = 2;
 
 /// How a bucket or tensor is reduced.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -69,6 +69,7 @@ mod sparse;
 mod view;
 
 pub use crate::gpu::task_blocks;
+pub(crate) use backend::BEGUN_AT_ONCE;
 pub use backend::{GradBackend, Wire};
 pub use fused::Session;
 pub use sparse::SparseSent;

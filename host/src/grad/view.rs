@@ -25,9 +25,9 @@
 //! # Ok::<(), ringreduce::Error>(())
 //! ```
 
-use super::backend::GradBackend;
+use super::backend::{GradBackend, BEGUN_AT_ONCE};
 use super::bucket::{plan, Bucket};
-use super::fused::{reduce_plain, Reduce, BEGUN_AT_ONCE};
+use super::fused::{reduce_plain, Reduce};
 use super::GradSync;
 use crate::error::{Error, Result};
 use std::collections::VecDeque;

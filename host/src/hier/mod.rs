@@ -14,7 +14,7 @@ use crate::element::{DataType, RsElement};
 use crate::error::{Error, Result};
 use crate::front::{Backend, Comm, Engine, Joined};
 use crate::grad::{
-    goes_dense, selection_tasks, sparse_top_k, Precision, SparseSent, Sparsity, Wire,
+    goes_dense, selection_tasks, sparse_top_k, Precision, SparseSent, Sparsity, Wire, BEGUN_AT_ONCE,
 };
 use crate::nodes::Nodes;
 use crate::region::Region;
@@ -49,17 +49,12 @@ pub struct HierComm<B: Backend> {
     /// demand and kept: every node's owned elements (and, with a tail,
     /// the rank's own, gathered into one range to send). Two slots, so
     /// that one bucket's step may run while the next one's is queued.
-    staging: [Mutex<Option<B::Buf<u8>>>; STAGING_SLOTS],
+    staging: [Mutex<Option<B::Buf<u8>>>; BEGUN_AT_ONCE],
 }
 
-/// How many dense all-reduces may be begun at once
-/// ([`HierComm::begin_all_reduce_at`]): one on the wire while the next
-/// one's node steps run.
-pub(crate) const STAGING_SLOTS: usize = 2;
-
 /// A dense all-reduce whose step between nodes was queued by
-/// [`HierComm::begin_all_reduce_at`] and may still be running;
-/// [`HierComm::end_all_reduce_at`] finishes it.
+/// `HierComm::begin_all_reduce_at` and may still be running;
+/// `HierComm::end_all_reduce_at` finishes it.
 pub struct Begun<'a, B: Backend> {
     /// Keeps the step's staging slot this all-reduce's.
     _staging: Option<Staging<'a, B>>,
