@@ -219,18 +219,14 @@ impl<B: Backend> HierComm<B> {
             self.settle_steps()?;
             return Ok(wire::UNCOMPRESSED);
         };
-        let (o, main) = self.node_reduce(buf, &at, Op::Sum, residual.as_deref_mut())?;
-        let (l, c) = (
-            self.nodes.local_of(self.rank),
-            (main - o) / self.nodes.per_node(),
-        );
-        let shard = o + l * c..o + (l + 1) * c;
+        let (shards, shard) = self.node_reduce(buf, &at, Op::Sum, residual.as_deref_mut())?;
+        let tail = shards.end..at.end;
         let sent = match wire {
             Wire::Half {
                 precision,
                 prescale,
             } => {
-                self.cross_half_in_place(buf, shard, main..at.end, precision, prescale)?;
+                self.cross_half_in_place(buf, shard, tail, precision, prescale)?;
                 wire::UNCOMPRESSED
             }
             Wire::Sparse {
@@ -238,9 +234,9 @@ impl<B: Backend> HierComm<B> {
                 dense_above,
             } => {
                 let how = (sparsity, dense_above);
-                let owned = (shard, main..at.end);
+                let owned = (shard, tail);
                 let (sent, node_done) =
-                    self.cross_sparse_in_place(buf, o..main, owned, how, residual)?;
+                    self.cross_sparse_in_place(buf, shards.clone(), owned, how, residual)?;
                 if node_done {
                     self.intra.synchronize()?;
                     return Ok(sent);
@@ -248,7 +244,7 @@ impl<B: Backend> HierComm<B> {
                 sent
             }
         };
-        self.node_gather(buf, o..main)?;
+        self.node_gather(buf, shards)?;
         self.intra.synchronize()?;
         Ok(sent)
     }
@@ -256,15 +252,15 @@ impl<B: Backend> HierComm<B> {
     /// The node's first steps over `at` of `buf`, queued: the
     /// reduce-scatter (`inner`) of its whole shards, then the all-reduce of
     /// the tail past them (fewer elements than the node's ranks), which
-    /// `residual`, where given, joins first. Returns where the shards start
-    /// and end.
+    /// `residual`, where given, joins first. Returns the node's whole
+    /// shards and this rank's own.
     fn node_reduce<T: RsElement>(
         &self,
         buf: &mut B::Buf<T>,
         at: &Range<usize>,
         inner: Op,
         residual: Option<&mut B::Buf<f32>>,
-    ) -> Result<(usize, usize)> {
+    ) -> Result<(Range<usize>, Range<usize>)> {
         let per = self.nodes.per_node();
         let c = at.len() / per;
         let (o, main) = (at.start, at.start + c * per);
@@ -299,7 +295,8 @@ impl<B: Backend> HierComm<B> {
             }];
             self.intra.all_reduce(&mut r, inner)?;
         }
-        Ok((o, main))
+        let l = self.nodes.local_of(self.rank);
+        Ok((o..main, o + l * c..o + (l + 1) * c))
     }
 
     /// The node's last step, queued: the all-gather of its whole shards.
@@ -365,17 +362,13 @@ impl<B: Backend> HierComm<B> {
             });
         }
         let inner = if op == Op::Avg { Op::Sum } else { op };
-        let (o, main) = self.node_reduce(buf, &at, inner, None)?;
-        let (l, c) = (
-            self.nodes.local_of(self.rank),
-            (main - o) / self.nodes.per_node(),
-        );
-        let shard = o + l * c..o + (l + 1) * c;
-        let (staging, crossing) = self.queue_cross(buf, shard, main..at.end, op, slot)?;
+        let (shards, shard) = self.node_reduce(buf, &at, inner, None)?;
+        let tail = shards.end..at.end;
+        let (staging, crossing) = self.queue_cross(buf, shard, tail, op, slot)?;
         Ok(Begun {
             _staging: staging,
             crossing,
-            shards: o..main,
+            shards,
         })
     }
 
