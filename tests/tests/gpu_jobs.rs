@@ -224,6 +224,19 @@ fn gpu_hierarchical_killed(dev: usize) {
     assert_survivors_fail(ranks, 3, "PeerLost", killed, Duration::from_secs(3), answer);
 }
 
+/// A rank of the other host killed while every rank loops fused
+/// all-reduces of seven buckets: most likely with one bucket's NCCL step
+/// queued behind the next bucket's node kernels. Every survivor fails
+/// naming it well within the timeout, and leaves.
+fn gpu_hierarchical_killed_in_flight(dev: usize) {
+    let timeout = [("RINGREDUCE_TEST_TIMEOUT_MS", LONG_TIMEOUT_MS.to_string())];
+    let mut ranks = hier_gpu_ranks(dev, HIER_SHAPES[0], "hier-fused-loop", None, &timeout);
+    let (ready, settle) = (Duration::from_secs(120), Duration::from_millis(500));
+    let killed = kill_when_ready(&mut ranks, 3, "looping", ready, settle);
+    let answer = Duration::from_millis(LONG_TIMEOUT_MS + 10_000);
+    assert_survivors_fail(ranks, 3, "PeerLost", killed, Duration::from_secs(3), answer);
+}
+
 /// With NCCL built in but not loadable, every rank of a job across nodes
 /// fails with the same typed error (one node never needs NCCL).
 fn gpu_hierarchical_without_nccl(dev: usize) {
@@ -257,6 +270,10 @@ fn main() -> std::process::ExitCode {
             gpu_hierarchical_without_nccl,
         ),
         ("gpu_hierarchical_killed", gpu_hierarchical_killed),
+        (
+            "gpu_hierarchical_killed_in_flight",
+            gpu_hierarchical_killed_in_flight,
+        ),
         ("gpu_job_matrix", gpu_job_matrix),
         ("gpu_job_grad", gpu_job_grad),
         ("gpu_two_jobs_at_once", gpu_two_jobs_at_once),

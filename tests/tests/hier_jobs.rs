@@ -3,8 +3,8 @@
 //! and the test stand-in for the step between hosts. Every all-reduce,
 //! reduce-scatter and all-gather matches the hierarchical reference bit
 //! for bit; a rank on the other
-//! host killed mid-collective fails every survivor with an error naming
-//! it; hosts with different numbers of ranks fail every rank alike.
+//! host killed mid-collective (or mid fused call, with buckets in flight)
+//! fails every survivor with an error naming it; hosts with different numbers of ranks fail every rank alike.
 
 use ringreduce_tests::procs::{assert_survivors_fail, job, job_bin, kill_when_ready, Rank};
 use std::path::PathBuf;
@@ -124,6 +124,22 @@ fn a_rank_on_the_other_host_killed_mid_collective_fails_every_survivor() {
     let killed = kill_when_ready(&mut ranks, 3, "joined", wait, Duration::from_millis(500));
     // The bound is the timeout plus a second; the watch does far
     // better, and anything near the timeout would mean it did not fire.
+    let within = Duration::from_millis(timeout_ms / 2);
+    assert_survivors_fail(ranks, 3, "PeerLost", killed, within, wait);
+}
+
+#[test]
+fn a_rank_on_the_other_host_killed_with_buckets_in_flight_fails_every_survivor() {
+    // Every rank loops fused all-reduces of seven buckets; rank 3 dies
+    // inside one, with a bucket's step between hosts begun and not ended.
+    let timeout_ms = 20_000;
+    let extra = [
+        ("RINGREDUCE_TEST_JOB", "hier-fused-loop".to_string()),
+        ("RINGREDUCE_TEST_TIMEOUT_MS", timeout_ms.to_string()),
+    ];
+    let mut ranks = hier_job(&["a", "a", "b", "b"], &extra);
+    let wait = Duration::from_millis(timeout_ms + 5_000);
+    let killed = kill_when_ready(&mut ranks, 3, "looping", wait, Duration::from_millis(500));
     let within = Duration::from_millis(timeout_ms / 2);
     assert_survivors_fail(ranks, 3, "PeerLost", killed, within, wait);
 }

@@ -28,7 +28,9 @@
 //!   hierarchical job (dense fused, half precision and sparse compressed
 //!   between nodes), and `Collectives`' region shapes, checked the same way. `hier-stall:<r>`: rank `r` waits forever
 //!   after joining; the others run a large all-reduce and print how it
-//!   ended.
+//!   ended. `hier-fused-loop`: fused all-reduces of a list in seven
+//!   buckets, one call after another until one fails (a rank is killed
+//!   with buckets in flight).
 //!
 //! Every rank prints `joined <ms since the epoch>` once its communicator
 //! exists, and `error
@@ -39,6 +41,7 @@
 //! `RINGREDUCE_TEST_CHANNELS` the channels and
 //! `RINGREDUCE_TEST_DEVICE` the GPU (else the local rank's).
 
+use ringreduce::grad::bucket::Bucket;
 use ringreduce::grad::GradBackend;
 use ringreduce::{
     Algo, Backend, Collective, Collectives, Comm, CommConfig, CpuBackend, DataType, GpuBackend, Op,
@@ -367,7 +370,7 @@ fn hier_rs_ag<B: Backend, T: Gen>(
         + got.len().abs_diff(want.len()))
 }
 
-/// `hier`, `hier-grad` and `hier-stall:<r>`.
+/// `hier`, `hier-grad`, `hier-fused-loop` and `hier-stall:<r>`.
 fn hier<B: Backend>(comm: &HierComm<B>, mode: &str, who: Option<usize>) -> Result<String>
 where
     HierComm<B>: GradBackend,
@@ -380,6 +383,9 @@ where
             say(line);
         }
         return Ok(format!("ok {} {}", g.cases + r.cases, g.wrong + r.wrong));
+    }
+    if mode == "hier-fused-loop" {
+        return hier_fused_loop(comm);
     }
     if mode == "hier-stall" {
         if Some(comm.rank()) == who {
@@ -430,6 +436,59 @@ where
         wrong += w.iter().sum::<usize>();
     }
     Ok(format!("ok {cases} {wrong}"))
+}
+
+/// `hier-fused-loop`: fused all-reduces of one list in seven buckets, one
+/// call after another until one fails, so that a rank killed at any
+/// moment is most likely killed with two buckets in flight (a job across
+/// nodes begins a bucket's step between nodes before it ends the one
+/// before). Prints `looping` before the first call.
+fn hier_fused_loop<B: Backend>(comm: &HierComm<B>) -> Result<String>
+where
+    HierComm<B>: GradBackend,
+{
+    let rank = comm.rank();
+    // 64 Ki elements a bucket; every tensor fits one, so all are packed.
+    let lens = [
+        40_000usize,
+        24_000,
+        1000,
+        65_536,
+        30_000,
+        30_000,
+        7,
+        50_000,
+        60_000,
+        9_000,
+        64_000,
+    ];
+    let cfg = GradConfig {
+        bucket_bytes: 256 << 10,
+        ..GradConfig::default()
+    };
+    let buckets = ringreduce::grad::bucket::plan(&lens, cfg.bucket_bytes / 4);
+    let packed = |b: &Bucket| matches!(b, Bucket::Packed { .. });
+    assert!(
+        buckets.len() == 7 && buckets.iter().all(packed),
+        "{buckets:?}"
+    );
+    let mut sync = GradSync::new(comm, cfg)?;
+    let data: Vec<Vec<f32>> = lens
+        .iter()
+        .enumerate()
+        .map(|(t, &n)| gradient(rank, t, n))
+        .collect();
+    say("looping");
+    // Bounded, so that a kill that never comes ends the job rather than
+    // the test's patience.
+    for _ in 0..100_000 {
+        let mut tensors = data
+            .iter()
+            .map(|d| Ok(vec![comm.upload(rank, d)?]))
+            .collect::<Result<Vec<_>>>()?;
+        sync.fused_all_reduce(&mut tensors)?;
+    }
+    Ok("done".into())
 }
 
 /// A rank of a hierarchical job joined from the launcher's variables
