@@ -205,3 +205,14 @@ pub fn assert_survivors_fail(
     }
     skipped
 }
+
+/// Each of `ranks` says `next <error> <ms>` after its failed call: its
+/// next call failed too, naming `dead` as lost, within a second.
+pub fn assert_next_call_refused(ranks: &[Rank], dead: usize, wait: Duration) {
+    let want = format!("next Some(PeerLost {{ rank: {dead} }}) ");
+    for (r, rank) in ranks.iter().enumerate() {
+        let (_, line) = rank.expect("next", wait);
+        let ms = line.strip_prefix(&want).and_then(|m| m.parse::<u64>().ok());
+        assert!(ms.is_some_and(|m| m < 1000), "rank {r}: {line}");
+    }
+}

@@ -12,7 +12,8 @@
 //! ignored.
 
 use ringreduce_tests::procs::{
-    assert_matrix_passes, assert_survivors_fail, job_bin, kill_when_ready, Rank,
+    assert_matrix_passes, assert_next_call_refused, assert_survivors_fail, job_bin,
+    kill_when_ready, Rank,
 };
 use ringreduce_tests::run_gpu_tests;
 use std::path::PathBuf;
@@ -227,13 +228,15 @@ fn gpu_hierarchical_killed(dev: usize) {
 /// A rank of the other host killed while every rank loops fused
 /// all-reduces of seven buckets: most likely with one bucket's NCCL step
 /// queued behind the next bucket's node kernels. Every survivor fails
-/// naming it well within the timeout, and leaves.
+/// naming it well within the timeout, refuses its next call at once, and
+/// leaves.
 fn gpu_hierarchical_killed_in_flight(dev: usize) {
     let timeout = [("RINGREDUCE_TEST_TIMEOUT_MS", LONG_TIMEOUT_MS.to_string())];
     let mut ranks = hier_gpu_ranks(dev, HIER_SHAPES[0], "hier-fused-loop", None, &timeout);
     let (ready, settle) = (Duration::from_secs(120), Duration::from_millis(500));
     let killed = kill_when_ready(&mut ranks, 3, "looping", ready, settle);
     let answer = Duration::from_millis(LONG_TIMEOUT_MS + 10_000);
+    assert_next_call_refused(&ranks[..3], 3, answer);
     assert_survivors_fail(ranks, 3, "PeerLost", killed, Duration::from_secs(3), answer);
 }
 

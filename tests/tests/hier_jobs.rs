@@ -6,7 +6,9 @@
 //! host killed mid-collective (or mid fused call, with buckets in flight)
 //! fails every survivor with an error naming it; hosts with different numbers of ranks fail every rank alike.
 
-use ringreduce_tests::procs::{assert_survivors_fail, job, job_bin, kill_when_ready, Rank};
+use ringreduce_tests::procs::{
+    assert_next_call_refused, assert_survivors_fail, job, job_bin, kill_when_ready, Rank,
+};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -132,6 +134,7 @@ fn a_rank_on_the_other_host_killed_mid_collective_fails_every_survivor() {
 fn a_rank_on_the_other_host_killed_with_buckets_in_flight_fails_every_survivor() {
     // Every rank loops fused all-reduces of seven buckets; rank 3 dies
     // inside one, with a bucket's step between hosts begun and not ended.
+    // The survivors' next call is refused at once.
     let timeout_ms = 20_000;
     let extra = [
         ("RINGREDUCE_TEST_JOB", "hier-fused-loop".to_string()),
@@ -141,6 +144,7 @@ fn a_rank_on_the_other_host_killed_with_buckets_in_flight_fails_every_survivor()
     let wait = Duration::from_millis(timeout_ms + 5_000);
     let killed = kill_when_ready(&mut ranks, 3, "looping", wait, Duration::from_millis(500));
     let within = Duration::from_millis(timeout_ms / 2);
+    assert_next_call_refused(&ranks[..3], 3, wait);
     assert_survivors_fail(ranks, 3, "PeerLost", killed, within, wait);
 }
 

@@ -31,6 +31,11 @@
 //! packed element can differ from the unpacked one in its last bits, as
 //! with NCCL and PyTorch DDP's buckets.
 //!
+//! A call that fails at run time (a timeout, an abort, a peer lost) breaks
+//! the communicator, settles every bucket it began and leaves its tensors
+//! unspecified, since a collective cut off half way cannot be completed
+//! (`docs/usage.md`, *Gradient synchronisation*).
+//!
 //! A training step, on the CPU execution (the GPU communicator is the same):
 //!
 //! ```rust
