@@ -4,7 +4,8 @@
 //! rank's node communicator's; the collectives are the hierarchical ones,
 //! which wait for their result.
 
-use super::{Begun, HierComm, Step, HERE};
+use super::all_reduce::Begun;
+use super::{HierComm, Step, HERE};
 use crate::collectives::Collectives;
 use crate::config::CommConfig;
 use crate::cpu::CpuBackend;
