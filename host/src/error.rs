@@ -449,9 +449,10 @@ pub enum Error {
         /// The lost rank.
         rank: usize,
     },
-    /// A peer process called `abort()`; like [`Error::Aborted`], every
-    /// pending and later call returns this.
-    #[error("rank {rank} of the job aborted the communicator")]
+    /// A peer process called `abort()`, or (across hosts) gave up after a
+    /// call of its own was cut short, which its own error names; like
+    /// [`Error::Aborted`], every pending and later call returns this.
+    #[error("rank {rank} of the job aborted the communicator (or gave up after its own error)")]
     PeerAborted {
         /// The rank that aborted.
         rank: usize,

@@ -176,6 +176,28 @@ pub fn kill_when_ready(
     killed
 }
 
+/// As [`kill_when_ready`], but rank `victim` is stopped (`SIGSTOP`), not
+/// killed: it hangs with its links open, so that no watch hears of it and
+/// only the timeouts can end the others' calls. The caller kills it.
+pub fn stop_when_ready(
+    ranks: &mut [Rank],
+    victim: usize,
+    ready: &str,
+    wait: Duration,
+    settle: Duration,
+) -> Instant {
+    for r in ranks.iter() {
+        r.expect(ready, wait);
+    }
+    std::thread::sleep(settle);
+    let stopped = Instant::now();
+    let pid = libc::pid_t::try_from(ranks[victim].child.id()).expect("a pid");
+    // SAFETY: a plain signal to a child this test started and still holds.
+    let sent = unsafe { libc::kill(pid, libc::SIGSTOP) };
+    assert_eq!(sent, 0, "SIGSTOP rank {victim}");
+    stopped
+}
+
 /// The survivors' errors: each names `dead` (a rank killed, or one that
 /// aborted) as `variant` within `within` of `since`; every survivor then
 /// leaves (its drop does not hang). `wait` bounds the wait for each error.
@@ -214,5 +236,48 @@ pub fn assert_next_call_refused(ranks: &[Rank], dead: usize, wait: Duration) {
         let (_, line) = rank.expect("next", wait);
         let ms = line.strip_prefix(&want).and_then(|m| m.parse::<u64>().ok());
         assert!(ms.is_some_and(|m| m < 1000), "rank {r}: {line}");
+    }
+}
+
+/// Every one of `ranks` (a job's survivors, in rank order) ends its call
+/// within `within` of `since`, and leaves. The first to
+/// time out says what it waited on (`Timeout`, naming the rank and the
+/// peer in the job's ranks, or `NoProgress` of the step between hosts)
+/// and makes the job give up: every other survivor either timed out too
+/// or names a survivor that did (`PeerAborted`).
+pub fn assert_stall_ends_every_survivor(
+    ranks: Vec<Rank>,
+    since: Instant,
+    within: Duration,
+    wait: Duration,
+) {
+    let mut timed_out = Vec::new();
+    let mut gave_up = Vec::new();
+    for (r, rank) in ranks.into_iter().enumerate() {
+        let (at, line) = rank.expect("error", wait);
+        if line.starts_with(&format!("error Timeout(TimeoutInfo {{ rank: {r},"))
+            || line.starts_with("error NoProgress")
+        {
+            timed_out.push(r);
+        } else {
+            let named = line
+                .strip_prefix("error PeerAborted { rank: ")
+                .and_then(|l| l.split_once(' '))
+                .and_then(|(n, _)| n.parse::<usize>().ok());
+            let named = named.unwrap_or_else(|| panic!("rank {r}: {line}"));
+            gave_up.push((r, named));
+        }
+        let took = at.saturating_duration_since(since);
+        assert!(took < within, "rank {r} after {took:?}: {line}");
+        let (code, lines) = rank.finish();
+        assert_eq!(code, 2, "rank {r}: {lines:?}");
+        assert!(lines.iter().any(|l| l == "left"), "rank {r}: {lines:?}");
+    }
+    assert!(!timed_out.is_empty(), "no survivor timed out: {gave_up:?}");
+    for (r, named) in gave_up {
+        assert!(
+            timed_out.contains(&named),
+            "rank {r} names rank {named}, which did not time out ({timed_out:?})"
+        );
     }
 }

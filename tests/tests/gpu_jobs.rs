@@ -12,8 +12,8 @@
 //! ignored.
 
 use ringreduce_tests::procs::{
-    assert_matrix_passes, assert_next_call_refused, assert_survivors_fail, job_bin,
-    kill_when_ready, Rank,
+    assert_matrix_passes, assert_next_call_refused, assert_stall_ends_every_survivor,
+    assert_survivors_fail, job_bin, kill_when_ready, stop_when_ready, Rank,
 };
 use ringreduce_tests::run_gpu_tests;
 use std::path::PathBuf;
@@ -240,6 +240,24 @@ fn gpu_hierarchical_killed_in_flight(dev: usize) {
     assert_survivors_fail(ranks, 3, "PeerLost", killed, Duration::from_secs(3), answer);
 }
 
+/// A rank of the other host stopped (`SIGSTOP`) while every rank loops
+/// fused all-reduces of seven buckets: its links stay open, so only the
+/// timeouts (ours inside the host, the NCCL wait's between hosts) can end
+/// the others' calls; the first to time out makes the job give up, so
+/// every survivor ends within the timeout and a second, and leaves.
+fn gpu_hierarchical_stopped_in_flight(dev: usize) {
+    let timeout_ms = 5_000;
+    let timeout = [("RINGREDUCE_TEST_TIMEOUT_MS", timeout_ms.to_string())];
+    let mut ranks = hier_gpu_ranks(dev, HIER_SHAPES[0], "hier-fused-loop", None, &timeout);
+    let (ready, settle) = (Duration::from_secs(120), Duration::from_millis(500));
+    let stopped = stop_when_ready(&mut ranks, 3, "looping", ready, settle);
+    let mut stalled = ranks.remove(3);
+    let within = Duration::from_millis(timeout_ms + 1_000);
+    assert_stall_ends_every_survivor(ranks, stopped, within, Duration::from_secs(60));
+    let _ = stalled.child.kill();
+    let _ = stalled.child.wait();
+}
+
 /// With NCCL built in but not loadable, every rank of a job across nodes
 /// fails with the same typed error (one node never needs NCCL).
 fn gpu_hierarchical_without_nccl(dev: usize) {
@@ -276,6 +294,10 @@ fn main() -> std::process::ExitCode {
         (
             "gpu_hierarchical_killed_in_flight",
             gpu_hierarchical_killed_in_flight,
+        ),
+        (
+            "gpu_hierarchical_stopped_in_flight",
+            gpu_hierarchical_stopped_in_flight,
         ),
         ("gpu_job_matrix", gpu_job_matrix),
         ("gpu_job_grad", gpu_job_grad),

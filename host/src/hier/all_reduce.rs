@@ -68,11 +68,11 @@ impl<B: Backend> HierComm<B> {
         step: Step,
         residual: Option<&mut B::Buf<f32>>,
     ) -> Result<SparseSent> {
-        self.all_reduce_steps(buf, at, step, residual)
-            .map_err(|e| self.in_job(e))
+        self.guarded(|| self.all_reduce_steps(buf, at, step, residual))
     }
 
-    fn all_reduce_steps<T: RsElement>(
+    /// [`all_reduce_at`](Self::all_reduce_at) unguarded.
+    pub(super) fn all_reduce_steps<T: RsElement>(
         &self,
         buf: &mut B::Buf<T>,
         at: Range<usize>,
@@ -199,8 +199,7 @@ impl<B: Backend> HierComm<B> {
         op: Op,
         slot: usize,
     ) -> Result<Begun<'_, B>> {
-        self.begin_steps(buf, at, op, slot)
-            .map_err(|e| self.in_job(e))
+        self.guarded(|| self.begin_steps(buf, at, op, slot))
     }
 
     /// Ends an all-reduce of `buf` that
@@ -212,14 +211,16 @@ impl<B: Backend> HierComm<B> {
         buf: &mut B::Buf<T>,
         begun: Begun<'_, B>,
     ) -> Result<()> {
-        self.end_steps(buf, begun).map_err(|e| self.in_job(e))
+        self.guarded(|| self.end_steps(buf, begun))
     }
 
     /// Waits for every all-reduce begun and ended: the steps between nodes
     /// (polled for errors, an abort and the timeout), then the rank's
     /// queue.
     pub(crate) fn settle(&self) -> Result<()> {
-        self.settle_steps().map_err(|e| self.in_job(e))
+        // Never refused: after an error too, whatever is still queued must
+        // end before the caller may reuse its buffers.
+        self.settle_steps().map_err(|e| self.failed(e))
     }
 
     fn begin_steps<T: RsElement>(

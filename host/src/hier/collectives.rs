@@ -64,7 +64,8 @@ impl<B: Backend> HierComm<B> {
                 }
                 Region::Split { buf, .. } => buf,
             };
-            return self.all_reduce_at(out, recv_at, step, None).map(|_| ());
+            // Unguarded: the caller's guard names and handles its error.
+            return self.all_reduce_steps(out, recv_at, step, None).map(|_| ());
         }
         if !apart {
             return self.in_place_via_scratch(c, region, send_at, recv_at, op);
@@ -164,7 +165,7 @@ impl<B: Backend> Collectives for HierComm<B> {
         op: Op,
     ) -> Result<()> {
         let region = one_region(regions, |b| <Comm<B> as Collectives>::len_of(b))?;
-        self.region(c, region, op)
+        self.guarded(|| self.region(c, region, op))
     }
     fn synchronize(&self) -> Result<()> {
         self.intra.synchronize()

@@ -36,6 +36,9 @@ pub struct HierComm<B: Backend> {
     watch: Option<Watch>,
     /// What the watch heard first: a failed step between nodes reports it.
     cause: Arc<OnceLock<Error>>,
+    /// This rank's first call cut short part way: every later call is
+    /// refused with it ([`HierComm::guarded`]).
+    broken: OnceLock<Error>,
     /// The step between nodes' staging in this rank's memory, grown on
     /// demand and kept: every node's owned elements (and, with a tail,
     /// the rank's own, gathered into one range to send). Two slots, so
@@ -75,6 +78,7 @@ impl<B: Backend> HierComm<B> {
             rank,
             watch: Some(j.watch),
             cause: j.cause,
+            broken: OnceLock::new(),
             staging: Default::default(),
         })
     }
@@ -120,6 +124,42 @@ impl<B: Backend> HierComm<B> {
         }
     }
 
+    /// Runs one of this rank's calls, `f`, which queues or runs work: it is
+    /// refused with nothing run once an earlier call was cut short, and its
+    /// own error is named in the job's ranks and may break the rank
+    /// ([`failed`](Self::failed)).
+    pub(super) fn guarded<R>(&self, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        self.usable()?;
+        f().map_err(|e| self.failed(e))
+    }
+
+    /// `Ok` unless a peer was lost or aborted (that error, as the watch
+    /// heard it) or an earlier call of this rank was cut short
+    /// ([`Error::Broken`] with its text).
+    fn usable(&self) -> Result<()> {
+        if let Some(e) = self.cause.get() {
+            return Err(e.clone());
+        }
+        match self.broken.get() {
+            Some(e) => Err(Error::Broken(e.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    /// `e`, named in the job's ranks. Where it cut a call short (a
+    /// timeout, a peer lost or aborted, a failed step between nodes), this
+    /// rank is broken and makes every rank of the job give up, as
+    /// [`abort`](Self::abort) does: its peers' calls end within the
+    /// watch's poll instead of each waiting out a timeout of its own
+    /// behind it, and no later call reads a step left half done.
+    pub(super) fn failed(&self, e: Error) -> Error {
+        let e = self.in_job(e);
+        if cuts_short(&e) && self.broken.set(e.clone()).is_ok() {
+            self.abort();
+        }
+        e
+    }
+
     /// `e` with the node communicator's ranks (local indices) named as
     /// the job's ranks, so an error names the ranks the user started.
     fn in_job(&self, e: Error) -> Error {
@@ -140,7 +180,12 @@ impl<B: Backend> HierComm<B> {
     /// polls. A member of this rank's group that gave up because a rank
     /// elsewhere died closes its links before this rank's watch may have
     /// heard of that death, and the death is what every rank must name.
+    /// A step that made no progress for the timeout is reported at once:
+    /// no link closed, so no death is on its way to explain it.
     fn cause_of(&self, e: Error) -> Error {
+        if matches!(e, Error::NoProgress { .. }) {
+            return self.cause.get().cloned().unwrap_or(e);
+        }
         let grace = std::time::Instant::now() + CAUSE_GRACE;
         loop {
             if let Some(c) = self.cause.get() {
@@ -152,6 +197,22 @@ impl<B: Backend> HierComm<B> {
             std::thread::sleep(POLL);
         }
     }
+}
+
+/// Whether `e` ends a call that may have run part of its work (input
+/// errors are found before anything runs).
+fn cuts_short(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Timeout(_)
+            | Error::Aborted { .. }
+            | Error::PeerLost { .. }
+            | Error::PeerAborted { .. }
+            | Error::NoProgress { .. }
+            | Error::Nccl { .. }
+            | Error::Driver(_)
+            | Error::Broken(_)
+    )
 }
 
 /// Leaves in order, as [`Comm`] does: the node's work ends and it lets go

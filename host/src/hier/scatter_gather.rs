@@ -27,8 +27,7 @@ impl<B: Backend> HierComm<B> {
         recv: &mut B::Buf<T>,
         op: Op,
     ) -> Result<()> {
-        self.reduce_scatter_steps(send, recv, op)
-            .map_err(|e| self.in_job(e))
+        self.guarded(|| self.reduce_scatter_steps(send, recv, op))
     }
 
     fn reduce_scatter_steps<T: RsElement>(
@@ -66,8 +65,7 @@ impl<B: Backend> HierComm<B> {
     /// all-gather; across hosts an all-gather inside the node, then of the
     /// node's blocks across nodes.
     pub fn all_gather<T: RsElement>(&self, send: &B::Buf<T>, recv: &mut B::Buf<T>) -> Result<()> {
-        self.all_gather_steps(send, recv)
-            .map_err(|e| self.in_job(e))
+        self.guarded(|| self.all_gather_steps(send, recv))
     }
 
     fn all_gather_steps<T: RsElement>(&self, send: &B::Buf<T>, recv: &mut B::Buf<T>) -> Result<()> {
