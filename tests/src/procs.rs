@@ -281,3 +281,49 @@ pub fn assert_stall_ends_every_survivor(
         );
     }
 }
+
+/// Rank `aborter` of a `hier-fused-abort` job aborts `after_ms` after it
+/// started looping: its call ends with `Aborted`, every other rank's with
+/// `PeerAborted` naming it (and its next call at once), all within two
+/// seconds of the abort; every rank leaves. `wait` bounds each wait for a
+/// line.
+pub fn assert_abort_ends_every_call(
+    mut ranks: Vec<Rank>,
+    aborter: usize,
+    after_ms: u64,
+    wait: Duration,
+) {
+    let (looping, _) = ranks[aborter].expect("looping", wait);
+    let since = looping + Duration::from_millis(after_ms);
+    let within = Duration::from_secs(2);
+    let me = ranks.remove(aborter);
+    let (at, line) = me.expect("error", wait);
+    assert!(line.starts_with("error Aborted"), "rank {aborter}: {line}");
+    let took = at.saturating_duration_since(since);
+    assert!(took < within, "rank {aborter} after {took:?}: {line}");
+    let named = format!("PeerAborted {{ rank: {aborter} }}");
+    for (i, rank) in ranks.into_iter().enumerate() {
+        let r = if i >= aborter { i + 1 } else { i };
+        let (_, next) = rank.expect("next", wait);
+        assert!(
+            next.starts_with(&format!("next Some({named}) ")),
+            "rank {r}: {next}"
+        );
+        let (at, line) = rank.expect("error", wait);
+        assert!(
+            line.starts_with(&format!("error {named}")),
+            "rank {r}: {line}"
+        );
+        let took = at.saturating_duration_since(since);
+        assert!(took < within, "rank {r} after {took:?}: {line}");
+        let (code, lines) = rank.finish();
+        assert_eq!(code, 2, "rank {r}: {lines:?}");
+        assert!(lines.iter().any(|l| l == "left"), "rank {r}: {lines:?}");
+    }
+    let (code, lines) = me.finish();
+    assert_eq!(code, 2, "rank {aborter}: {lines:?}");
+    assert!(
+        lines.iter().any(|l| l == "left"),
+        "rank {aborter}: {lines:?}"
+    );
+}

@@ -12,8 +12,9 @@
 //! ignored.
 
 use ringreduce_tests::procs::{
-    assert_matrix_passes, assert_next_call_refused, assert_stall_ends_every_survivor,
-    assert_survivors_fail, job_bin, kill_when_ready, stop_when_ready, Rank,
+    assert_abort_ends_every_call, assert_matrix_passes, assert_next_call_refused,
+    assert_stall_ends_every_survivor, assert_survivors_fail, job_bin, kill_when_ready,
+    stop_when_ready, Rank,
 };
 use ringreduce_tests::run_gpu_tests;
 use std::path::PathBuf;
@@ -258,6 +259,18 @@ fn gpu_hierarchical_stopped_in_flight(dev: usize) {
     let _ = stalled.child.wait();
 }
 
+/// Rank 2 aborts while every rank loops fused all-reduces of seven
+/// buckets, with NCCL's steps queued: its call ends with `Aborted`, every
+/// other rank's with `PeerAborted` naming it, within two seconds.
+fn gpu_hierarchical_abort_in_flight(dev: usize) {
+    let more = [
+        ("RINGREDUCE_TEST_TIMEOUT_MS", LONG_TIMEOUT_MS.to_string()),
+        ("RINGREDUCE_TEST_ABORT_MS", "400".to_string()),
+    ];
+    let ranks = hier_gpu_ranks(dev, HIER_SHAPES[0], "hier-fused-abort:2", None, &more);
+    assert_abort_ends_every_call(ranks, 2, 400, Duration::from_secs(120));
+}
+
 /// With NCCL built in but not loadable, every rank of a job across nodes
 /// fails with the same typed error (one node never needs NCCL).
 fn gpu_hierarchical_without_nccl(dev: usize) {
@@ -298,6 +311,10 @@ fn main() -> std::process::ExitCode {
         (
             "gpu_hierarchical_stopped_in_flight",
             gpu_hierarchical_stopped_in_flight,
+        ),
+        (
+            "gpu_hierarchical_abort_in_flight",
+            gpu_hierarchical_abort_in_flight,
         ),
         ("gpu_job_matrix", gpu_job_matrix),
         ("gpu_job_grad", gpu_job_grad),

@@ -7,8 +7,8 @@
 //! fails every survivor with an error naming it; hosts with different numbers of ranks fail every rank alike.
 
 use ringreduce_tests::procs::{
-    assert_next_call_refused, assert_stall_ends_every_survivor, assert_survivors_fail, job,
-    job_bin, kill_when_ready, stop_when_ready, Rank,
+    assert_abort_ends_every_call, assert_next_call_refused, assert_stall_ends_every_survivor,
+    assert_survivors_fail, job, job_bin, kill_when_ready, stop_when_ready, Rank,
 };
 use std::path::PathBuf;
 use std::time::Duration;
@@ -147,6 +147,17 @@ fn a_rank_on_the_other_host_killed_with_buckets_in_flight_fails_every_survivor()
     let within = Duration::from_millis(timeout_ms / 2);
     assert_next_call_refused(&ranks[..3], 3, wait);
     assert_survivors_fail(ranks, 3, "PeerLost", killed, within, wait);
+}
+
+#[test]
+fn an_abort_on_one_rank_with_buckets_in_flight_ends_every_ranks_call() {
+    let extra = [
+        ("RINGREDUCE_TEST_JOB", "hier-fused-abort:2".to_string()),
+        ("RINGREDUCE_TEST_ABORT_MS", "400".to_string()),
+        ("RINGREDUCE_TEST_TIMEOUT_MS", "20000".to_string()),
+    ];
+    let ranks = hier_job(&["a", "a", "b", "b"], &extra);
+    assert_abort_ends_every_call(ranks, 2, 400, Duration::from_secs(25));
 }
 
 #[test]

@@ -34,11 +34,11 @@ pub struct HierComm<B: Backend> {
     rank: usize,
     /// The whole job's watch: a lost peer anywhere stops every rank.
     watch: Option<Watch>,
-    /// What the watch heard first: a failed step between nodes reports it.
+    /// What stopped this rank first: a peer lost or aborted (as the watch
+    /// heard it), this rank's `abort()`, or a call of its own cut short. A
+    /// call cut short reports it, and every later call is refused with it
+    /// ([`HierComm::guarded`]).
     cause: Arc<OnceLock<Error>>,
-    /// This rank's first call cut short part way: every later call is
-    /// refused with it ([`HierComm::guarded`]).
-    broken: OnceLock<Error>,
     /// The step between nodes' staging in this rank's memory, grown on
     /// demand and kept: every node's owned elements (and, with a tail,
     /// the rank's own, gathered into one range to send). Two slots, so
@@ -78,7 +78,6 @@ impl<B: Backend> HierComm<B> {
             rank,
             watch: Some(j.watch),
             cause: j.cause,
-            broken: OnceLock::new(),
             staging: Default::default(),
         })
     }
@@ -115,8 +114,17 @@ impl<B: Backend> HierComm<B> {
         &self.intra
     }
 
-    /// Makes every rank of the job give up.
+    /// Makes every rank of the job give up: their pending and later calls
+    /// end with [`Error::PeerAborted`] naming this rank, this rank's with
+    /// [`Error::Aborted`].
     pub fn abort(&self) {
+        let _ = self.cause.set(Error::Aborted { seen: None });
+        self.give_up();
+    }
+
+    /// Ends this rank's work (its node's kernels, its step between nodes)
+    /// and tells every rank of the job through the watch.
+    fn give_up(&self) {
         self.intra.abort();
         self.across.abort();
         if let Some(w) = &self.watch {
@@ -124,40 +132,47 @@ impl<B: Backend> HierComm<B> {
         }
     }
 
-    /// Runs one of this rank's calls, `f`, which queues or runs work: it is
-    /// refused with nothing run once an earlier call was cut short, and its
-    /// own error is named in the job's ranks and may break the rank
-    /// ([`failed`](Self::failed)).
+    /// Runs one of this rank's calls, `f`, which queues or runs work:
+    /// refused with nothing run once something stopped this rank
+    /// ([`usable`](Self::usable)), its error named in the job's ranks and
+    /// handled by [`failed`](Self::failed).
     pub(super) fn guarded<R>(&self, f: impl FnOnce() -> Result<R>) -> Result<R> {
         self.usable()?;
         f().map_err(|e| self.failed(e))
     }
 
-    /// `Ok` unless a peer was lost or aborted (that error, as the watch
-    /// heard it) or an earlier call of this rank was cut short
-    /// ([`Error::Broken`] with its text).
+    /// `Ok` unless something stopped this rank: a peer lost or aborted, or
+    /// its own abort, as they are; a call of its own cut short, as
+    /// [`Error::Broken`] with that error's text.
     fn usable(&self) -> Result<()> {
-        if let Some(e) = self.cause.get() {
-            return Err(e.clone());
-        }
-        match self.broken.get() {
-            Some(e) => Err(Error::Broken(e.to_string())),
+        match self.cause.get() {
             None => Ok(()),
+            Some(
+                e @ (Error::PeerLost { .. } | Error::PeerAborted { .. } | Error::Aborted { .. }),
+            ) => Err(e.clone()),
+            Some(e) => Err(Error::Broken(e.to_string())),
         }
     }
 
     /// `e`, named in the job's ranks. Where it cut a call short (a
-    /// timeout, a peer lost or aborted, a failed step between nodes), this
-    /// rank is broken and makes every rank of the job give up, as
-    /// [`abort`](Self::abort) does: its peers' calls end within the
-    /// watch's poll instead of each waiting out a timeout of its own
-    /// behind it, and no later call reads a step left half done.
+    /// timeout, a peer lost or aborted, a failed step between nodes), the
+    /// call reports what stopped this rank first. If that is `e`, this
+    /// rank gives up and makes every rank of the job give up, as
+    /// [`abort`](Self::abort) does: their calls end within the watch's
+    /// poll instead of each waiting out a timeout of its own behind it,
+    /// and no later call reads a step left half done.
     pub(super) fn failed(&self, e: Error) -> Error {
         let e = self.in_job(e);
-        if cuts_short(&e) && self.broken.set(e.clone()).is_ok() {
-            self.abort();
+        if !cuts_short(&e) {
+            return e;
         }
-        e
+        match self.cause.set(e.clone()) {
+            Ok(()) => {
+                self.give_up();
+                e
+            }
+            Err(_) => self.cause.get().cloned().unwrap_or(e),
+        }
     }
 
     /// `e` with the node communicator's ranks (local indices) named as

@@ -31,7 +31,8 @@
 //!   ended. `hier-fused-loop`: fused all-reduces of a list in seven
 //!   buckets, one call after another until one fails (a rank is killed
 //!   with buckets in flight); prints `next <the next call's error> <ms>`,
-//!   then the error.
+//!   then the error. `hier-fused-abort:<r>`: the same, and rank `r`
+//!   aborts from another thread after `RINGREDUCE_TEST_ABORT_MS`.
 //!
 //! Every rank prints `joined <ms since the epoch>` once its communicator
 //! exists, and `error
@@ -371,10 +372,11 @@ fn hier_rs_ag<B: Backend, T: Gen>(
         + got.len().abs_diff(want.len()))
 }
 
-/// `hier`, `hier-grad`, `hier-fused-loop` and `hier-stall:<r>`.
+/// `hier`, `hier-grad`, `hier-fused-loop`, `hier-fused-abort:<r>` and
+/// `hier-stall:<r>`.
 fn hier<B: Backend>(comm: &HierComm<B>, mode: &str, who: Option<usize>) -> Result<String>
 where
-    HierComm<B>: GradBackend,
+    HierComm<B>: GradBackend + Sync,
 {
     if mode == "hier-grad" {
         let (nodes, rank) = (comm.nodes(), comm.rank());
@@ -387,6 +389,20 @@ where
     }
     if mode == "hier-fused-loop" {
         return hier_fused_loop(comm);
+    }
+    if mode == "hier-fused-abort" {
+        // Rank `who` aborts from another thread while its own loop, like
+        // every other rank's, has buckets in flight.
+        return std::thread::scope(|s| {
+            if Some(comm.rank()) == who {
+                s.spawn(|| {
+                    let after = ms("RINGREDUCE_TEST_ABORT_MS").unwrap_or(300);
+                    std::thread::sleep(Duration::from_millis(after));
+                    comm.abort();
+                });
+            }
+            hier_fused_loop(comm)
+        });
     }
     if mode == "hier-stall" {
         if Some(comm.rank()) == who {
@@ -507,7 +523,7 @@ where
 /// (else the local rank's) for GPU ranks.
 fn run_hier<B: Backend>(mode: &str, who: Option<usize>) -> std::process::ExitCode
 where
-    HierComm<B>: GradBackend,
+    HierComm<B>: GradBackend + Sync,
 {
     let t = Instant::now();
     let comm = match HierComm::<B>::from_env(config()) {
