@@ -157,6 +157,16 @@ pub fn assert_matrix_passes(ranks: Vec<Rank>, what: &str) {
 }
 
 /// Waits (at most `wait` each) until every rank has said a line that
+/// starts with `ready`, then lets them run on for `settle`; returns then.
+fn when_ready(ranks: &[Rank], ready: &str, wait: Duration, settle: Duration) -> Instant {
+    for r in ranks {
+        r.expect(ready, wait);
+    }
+    std::thread::sleep(settle);
+    Instant::now()
+}
+
+/// Waits (at most `wait` each) until every rank has said a line that
 /// starts with `ready`, lets them run on for `settle`, then kills rank
 /// `victim` with SIGKILL; returns when it did.
 pub fn kill_when_ready(
@@ -166,11 +176,7 @@ pub fn kill_when_ready(
     wait: Duration,
     settle: Duration,
 ) -> Instant {
-    for r in ranks.iter() {
-        r.expect(ready, wait);
-    }
-    std::thread::sleep(settle);
-    let killed = Instant::now();
+    let killed = when_ready(ranks, ready, wait, settle);
     ranks[victim].child.kill().expect("kill -9");
     let _ = ranks[victim].child.wait();
     killed
@@ -186,11 +192,7 @@ pub fn stop_when_ready(
     wait: Duration,
     settle: Duration,
 ) -> Instant {
-    for r in ranks.iter() {
-        r.expect(ready, wait);
-    }
-    std::thread::sleep(settle);
-    let stopped = Instant::now();
+    let stopped = when_ready(ranks, ready, wait, settle);
     let pid = libc::pid_t::try_from(ranks[victim].child.id()).expect("a pid");
     // SAFETY: a plain signal to a child this test started and still holds.
     let sent = unsafe { libc::kill(pid, libc::SIGSTOP) };

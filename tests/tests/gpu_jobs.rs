@@ -218,12 +218,7 @@ fn gpu_hierarchical_grad(dev: usize) {
 /// all-reduce: every survivor, inside its node's kernels or inside NCCL,
 /// fails naming it well within the timeout.
 fn gpu_hierarchical_killed(dev: usize) {
-    let timeout = [("RINGREDUCE_TEST_TIMEOUT_MS", LONG_TIMEOUT_MS.to_string())];
-    let mut ranks = hier_gpu_ranks(dev, HIER_SHAPES[0], "hier-stall:3", None, &timeout);
-    let (ready, settle) = (Duration::from_secs(120), Duration::from_millis(500));
-    let killed = kill_when_ready(&mut ranks, 3, "joined", ready, settle);
-    let answer = Duration::from_millis(LONG_TIMEOUT_MS + 10_000);
-    assert_survivors_fail(ranks, 3, "PeerLost", killed, Duration::from_secs(3), answer);
+    kill_gpu_rank_3_of_2_hosts_x_2(dev, "hier-stall:3", "joined", false);
 }
 
 /// A rank of the other host killed while every rank loops fused
@@ -232,12 +227,22 @@ fn gpu_hierarchical_killed(dev: usize) {
 /// naming it well within the timeout, refuses its next call at once, and
 /// leaves.
 fn gpu_hierarchical_killed_in_flight(dev: usize) {
+    kill_gpu_rank_3_of_2_hosts_x_2(dev, "hier-fused-loop", "looping", true);
+}
+
+/// GPU ranks of 2 hosts x 2 running `job`: once every rank has said
+/// `ready` and run on for half a second, rank 3 is killed, and every
+/// survivor fails naming it within 3 s (and, with `next`, refuses its
+/// next call at once).
+fn kill_gpu_rank_3_of_2_hosts_x_2(dev: usize, job: &str, ready: &str, next: bool) {
     let timeout = [("RINGREDUCE_TEST_TIMEOUT_MS", LONG_TIMEOUT_MS.to_string())];
-    let mut ranks = hier_gpu_ranks(dev, HIER_SHAPES[0], "hier-fused-loop", None, &timeout);
-    let (ready, settle) = (Duration::from_secs(120), Duration::from_millis(500));
-    let killed = kill_when_ready(&mut ranks, 3, "looping", ready, settle);
+    let mut ranks = hier_gpu_ranks(dev, HIER_SHAPES[0], job, None, &timeout);
+    let (wait, settle) = (Duration::from_secs(120), Duration::from_millis(500));
+    let killed = kill_when_ready(&mut ranks, 3, ready, wait, settle);
     let answer = Duration::from_millis(LONG_TIMEOUT_MS + 10_000);
-    assert_next_call_refused(&ranks[..3], 3, answer);
+    if next {
+        assert_next_call_refused(&ranks[..3], 3, answer);
+    }
     assert_survivors_fail(ranks, 3, "PeerLost", killed, Duration::from_secs(3), answer);
 }
 

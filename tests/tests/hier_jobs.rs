@@ -116,19 +116,7 @@ fn hosts_with_different_numbers_of_ranks_fail_every_rank_alike() {
 
 #[test]
 fn a_rank_on_the_other_host_killed_mid_collective_fails_every_survivor() {
-    // A long timeout, so that only the peer watch can explain a quick error.
-    let timeout_ms = 20_000;
-    let extra = [
-        ("RINGREDUCE_TEST_JOB", "hier-stall:3".to_string()),
-        ("RINGREDUCE_TEST_TIMEOUT_MS", timeout_ms.to_string()),
-    ];
-    let mut ranks = hier_job(&["a", "a", "b", "b"], &extra);
-    let wait = Duration::from_millis(timeout_ms + 5_000);
-    let killed = kill_when_ready(&mut ranks, 3, "joined", wait, Duration::from_millis(500));
-    // The bound is the timeout plus a second; the watch does far
-    // better, and anything near the timeout would mean it did not fire.
-    let within = Duration::from_millis(timeout_ms / 2);
-    assert_survivors_fail(ranks, 3, "PeerLost", killed, within, wait);
+    kill_rank_3_of_2_hosts_x_2("hier-stall:3", "joined", false);
 }
 
 #[test]
@@ -136,16 +124,28 @@ fn a_rank_on_the_other_host_killed_with_buckets_in_flight_fails_every_survivor()
     // Every rank loops fused all-reduces of seven buckets; rank 3 dies
     // inside one, with a bucket's step between hosts begun and not ended.
     // The survivors' next call is refused at once.
+    kill_rank_3_of_2_hosts_x_2("hier-fused-loop", "looping", true);
+}
+
+/// A job of 2 hosts x 2 running `job`: once every rank has said `ready`
+/// and run on for half a second, rank 3 is killed, and every survivor
+/// fails naming it (and, with `next`, refuses its next call at once).
+fn kill_rank_3_of_2_hosts_x_2(job: &str, ready: &str, next: bool) {
+    // A long timeout, so that only the peer watch can explain a quick error.
     let timeout_ms = 20_000;
     let extra = [
-        ("RINGREDUCE_TEST_JOB", "hier-fused-loop".to_string()),
+        ("RINGREDUCE_TEST_JOB", job.to_string()),
         ("RINGREDUCE_TEST_TIMEOUT_MS", timeout_ms.to_string()),
     ];
     let mut ranks = hier_job(&["a", "a", "b", "b"], &extra);
     let wait = Duration::from_millis(timeout_ms + 5_000);
-    let killed = kill_when_ready(&mut ranks, 3, "looping", wait, Duration::from_millis(500));
+    let killed = kill_when_ready(&mut ranks, 3, ready, wait, Duration::from_millis(500));
+    if next {
+        assert_next_call_refused(&ranks[..3], 3, wait);
+    }
+    // The bound is the timeout plus a second; the watch does far
+    // better, and anything near the timeout would mean it did not fire.
     let within = Duration::from_millis(timeout_ms / 2);
-    assert_next_call_refused(&ranks[..3], 3, wait);
     assert_survivors_fail(ranks, 3, "PeerLost", killed, within, wait);
 }
 
