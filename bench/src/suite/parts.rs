@@ -155,7 +155,7 @@ pub fn all() -> Vec<Part> {
         },
         Part {
             name: "jobs",
-            about: "one process per rank (MPS started where the host has it): every collective against the reference with 2, 3 and 4 processes, the gradient layer's fused all-reduce against one process, two 4-process jobs at once, a rank killed mid-collective and an abort, each ending every rank's call with the error naming it; hierarchical jobs on simulated hosts (every shape bit for bit, the gradient layer, NCCL missing, a rank killed, stopped or aborting while buckets are in flight)",
+            about: "one process per rank (MPS started where the host has it): every collective against the reference with 2, 3 and 4 processes, the gradient layer's fused all-reduce against one process, two 4-process jobs at once, a rank killed mid-collective and an abort, each ending every rank's call with the error naming it; on GPUs also hierarchical jobs on simulated hosts (every shape bit for bit, the gradient layer, NCCL missing, a rank killed, stopped or aborting while buckets are in flight)",
             est_s: (90, 40),
             cap_s: 600,
             job: Job::Mps(Box::new(Job::Jobs)),
