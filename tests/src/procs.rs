@@ -246,21 +246,29 @@ pub fn assert_next_call_refused(ranks: &[Rank], dead: usize, wait: Duration) {
 /// time out says what it waited on (`Timeout`, naming the rank and the
 /// peer in the job's ranks, or `NoProgress` of the step between hosts)
 /// and makes the job give up: every other survivor either timed out too
-/// or names a survivor that did (`PeerAborted`).
+/// or names a survivor that did (`PeerAborted`). With `next` (a job that
+/// prints `next`), each one's next call was refused: `Broken` after its
+/// own timeout, else the same `PeerAborted`.
 pub fn assert_stall_ends_every_survivor(
     ranks: Vec<Rank>,
     since: Instant,
     within: Duration,
     wait: Duration,
+    next: bool,
 ) {
     let mut timed_out = Vec::new();
     let mut gave_up = Vec::new();
     for (r, rank) in ranks.into_iter().enumerate() {
+        let refused = next.then(|| rank.expect("next", wait).1);
         let (at, line) = rank.expect("error", wait);
         if line.starts_with(&format!("error Timeout(TimeoutInfo {{ rank: {r},"))
             || line.starts_with("error NoProgress")
         {
             timed_out.push(r);
+            // Its own error broke it: the next call says so, at once.
+            if let Some(n) = &refused {
+                assert!(n.starts_with("next Some(Broken("), "rank {r}: {n}");
+            }
         } else {
             let named = line
                 .strip_prefix("error PeerAborted { rank: ")
@@ -268,6 +276,10 @@ pub fn assert_stall_ends_every_survivor(
                 .and_then(|(n, _)| n.parse::<usize>().ok());
             let named = named.unwrap_or_else(|| panic!("rank {r}: {line}"));
             gave_up.push((r, named));
+            if let Some(n) = &refused {
+                let want = format!("next Some(PeerAborted {{ rank: {named} }})");
+                assert!(n.starts_with(&want), "rank {r}: {n}");
+            }
         }
         let took = at.saturating_duration_since(since);
         assert!(took < within, "rank {r} after {took:?}: {line}");

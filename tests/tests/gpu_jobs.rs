@@ -259,7 +259,7 @@ fn gpu_hierarchical_stopped_in_flight(dev: usize) {
     let stopped = stop_when_ready(&mut ranks, 3, "looping", ready, settle);
     let mut stalled = ranks.remove(3);
     let within = Duration::from_millis(timeout_ms + 1_000);
-    assert_stall_ends_every_survivor(ranks, stopped, within, Duration::from_secs(60));
+    assert_stall_ends_every_survivor(ranks, stopped, within, Duration::from_secs(60), true);
     let _ = stalled.child.kill();
     let _ = stalled.child.wait();
 }

@@ -175,10 +175,13 @@ impl<B: Backend> Collectives for HierComm<B> {
     }
 }
 
-/// Queues, scratch buffers and tasks are the node communicator's; the
-/// collectives are ordered after the queues they are given, and those
-/// queues after them. Half precision and sparse selection compress only
-/// the step between nodes ([`reduce_across`](GradBackend::reduce_across)).
+/// Queues, scratch buffers and tasks are the node communicator's; a task,
+/// a queued write or a collective is refused once something stopped the
+/// rank (`HierComm::guarded`), so a gradient call reports that, while
+/// queues are still ordered. The collectives are ordered after the queues
+/// they are given, and those queues after them. Half precision and sparse
+/// selection compress only the step between nodes
+/// ([`reduce_across`](GradBackend::reduce_across)).
 ///
 /// One impl per backend (a generic one would need `Comm<B>: GradBackend`,
 /// under which Rust no longer sees the two buffer types as one).
@@ -198,6 +201,8 @@ macro_rules! grad_backend {
                 self.intra.queue_id(queue)
             }
             fn order(&self, waiters: &[Self::Queue], ons: &[Self::Queue]) -> Result<()> {
+                // Never refused: ordering queues is what keeps a caller's
+                // work after whatever is still in flight, after an error too.
                 self.intra.order(waiters, ons)
             }
             fn alloc<T: RsElement>(
@@ -228,7 +233,7 @@ macro_rules! grad_backend {
                 buf: &mut <$b as Engine>::Buf<T>,
                 data: &[T],
             ) -> Result<()> {
-                self.intra.write_on(rank, queue, buf, data)
+                self.guarded(|| self.intra.write_on(rank, queue, buf, data))
             }
             unsafe fn run_task(
                 &self,
@@ -238,7 +243,7 @@ macro_rules! grad_backend {
                 holds: Vec<Self::Hold>,
             ) -> Result<()> {
                 // SAFETY: the caller's promise, passed on.
-                unsafe { self.intra.run_task(rank, queue, task, holds) }
+                self.guarded(|| unsafe { self.intra.run_task(rank, queue, task, holds) })
             }
             fn collective_on<T: RsElement>(
                 &self,
