@@ -241,8 +241,9 @@ pub fn assert_next_call_refused(ranks: &[Rank], dead: usize, wait: Duration) {
     }
 }
 
-/// Every one of `ranks` (a job's survivors, in rank order) ends its call
-/// within `within` of `since`, and leaves. The first to
+/// Every one of `ranks` (a job's survivors, in rank order; the stalled
+/// rank is the last of the job) ends its call within `within` of `since`,
+/// and leaves; some survivor's timeout names the stalled rank. The first to
 /// time out says what it waited on (`Timeout`, naming the rank and the
 /// peer in the job's ranks, or `NoProgress` of the step between hosts)
 /// and makes the job give up: every other survivor either timed out too
@@ -256,8 +257,10 @@ pub fn assert_stall_ends_every_survivor(
     wait: Duration,
     next: bool,
 ) {
+    let stalled = ranks.len();
     let mut timed_out = Vec::new();
     let mut gave_up = Vec::new();
+    let mut named_stalled = false;
     for (r, rank) in ranks.into_iter().enumerate() {
         let refused = next.then(|| rank.expect("next", wait).1);
         let (at, line) = rank.expect("error", wait);
@@ -265,6 +268,8 @@ pub fn assert_stall_ends_every_survivor(
             || line.starts_with("error NoProgress")
         {
             timed_out.push(r);
+            named_stalled |= line.contains(&format!(" peer: {stalled},"))
+                || line.contains(&format!("(waiting on rank {stalled})"));
             // Its own error broke it: the next call says so, at once.
             if let Some(n) = &refused {
                 assert!(n.starts_with("next Some(Broken("), "rank {r}: {n}");
@@ -288,6 +293,12 @@ pub fn assert_stall_ends_every_survivor(
         assert!(lines.iter().any(|l| l == "left"), "rank {r}: {lines:?}");
     }
     assert!(!timed_out.is_empty(), "no survivor timed out: {gave_up:?}");
+    // The ranks that wait on the stalled one time out together: one of
+    // them names it.
+    assert!(
+        named_stalled,
+        "no survivor named rank {stalled}: {timed_out:?} timed out"
+    );
     for (r, named) in gave_up {
         assert!(
             timed_out.contains(&named),

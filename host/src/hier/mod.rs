@@ -24,6 +24,12 @@ pub(crate) use wire::Step;
 /// rank that went (see [`HierComm::cause_of`]): many of the watch's polls.
 const CAUSE_GRACE: std::time::Duration = std::time::Duration::from_millis(1000);
 
+/// How long a rank whose own wait timed out lets the others' waits run
+/// before it makes the job give up (see [`HierComm::failed`]): the ranks
+/// waiting on the stalled rank itself started their clocks at about the
+/// same moment, and their errors are the ones that name it.
+const TIMEOUT_GRACE: std::time::Duration = std::time::Duration::from_millis(400);
+
 /// One rank of a hierarchical job.
 pub struct HierComm<B: Backend> {
     /// This rank's node's communicator: it holds the rank's local index.
@@ -161,9 +167,10 @@ impl<B: Backend> HierComm<B> {
     /// timeout, a peer lost or aborted, a failed step between nodes), the
     /// call reports what stopped this rank first. If that is `e`, this
     /// rank gives up and makes every rank of the job give up, as
-    /// [`abort`](Self::abort) does: their calls end within the watch's
-    /// poll instead of each waiting out a timeout of its own behind it,
-    /// and no later call reads a step left half done.
+    /// [`abort`](Self::abort) does (after [`TIMEOUT_GRACE`] for a timeout
+    /// of its own): their calls end within the watch's poll instead of
+    /// each waiting out a timeout of its own behind it, and no later call
+    /// reads a step left half done.
     pub(super) fn failed(&self, e: Error) -> Error {
         let e = self.in_job(e);
         if !cuts_short(&e) {
@@ -171,6 +178,12 @@ impl<B: Backend> HierComm<B> {
         }
         match self.cause.set(e.clone()) {
             Ok(()) => {
+                if matches!(e, Error::Timeout(_) | Error::NoProgress { .. }) {
+                    // This rank may be waiting on a rank that itself waits
+                    // on the stalled one: a moment more lets the ranks that
+                    // wait on it directly time out too, and name it.
+                    std::thread::sleep(TIMEOUT_GRACE);
+                }
                 self.give_up();
                 e
             }
