@@ -118,7 +118,7 @@ impl<B: Engine> Joined<B> {
         let linked = joined.and_then(|b| {
             let across: Arc<dyn Across> = if by_nccl {
                 let id = cards[group[0]].nccl.as_deref().unwrap_or_default();
-                link_by_nccl(&b, id, node, group.len(), timeout)?
+                link_by_nccl(&b, id, node, &group, timeout)?
             } else {
                 let tcp = TcpAcross::connect(node, group.clone(), &addrs, listener, timeout)?;
                 match b.device_context() {
@@ -180,13 +180,13 @@ fn link_by_nccl<B: Engine>(
     b: &B,
     id: &[u8],
     me: usize,
-    members: usize,
+    group: &[usize],
     timeout: std::time::Duration,
 ) -> Result<Arc<dyn Across>> {
     let none = || Error::NcclUnavailable("this backend has no device for NCCL".into());
     let ctx = b.device_context().ok_or_else(none)?;
     let rank_stream = b.device_stream().ok_or_else(none)?;
-    let a = crate::nccl::across::NcclAcross::init(ctx, rank_stream, id, me, members, timeout)?;
+    let a = crate::nccl::across::NcclAcross::init(ctx, rank_stream, id, me, group, timeout)?;
     Ok(Arc::new(a))
 }
 
@@ -205,7 +205,7 @@ fn link_by_nccl<B: Engine>(
     _b: &B,
     _id: &[u8],
     _me: usize,
-    _members: usize,
+    _group: &[usize],
     _timeout: std::time::Duration,
 ) -> Result<Arc<dyn Across>> {
     Err(no_nccl())

@@ -7,7 +7,7 @@
 
 use super::link::Link;
 use crate::across::{Across, Ticket};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use cudarc::nccl::sys::ncclDataType_t;
 use std::sync::{Arc, Mutex};
@@ -22,26 +22,61 @@ pub(crate) struct NcclAcross {
     /// Send and receive staging on the device, grown on demand.
     staging: Mutex<Option<CudaSlice<u8>>>,
     members: usize,
+    /// The other members' ranks in the job, which a step that makes no
+    /// progress names (NCCL does not say which one it waits on).
+    others: Vec<usize>,
 }
 
 impl NcclAcross {
-    /// Member `me` of `members` (one per node, in node order) joins the
-    /// NCCL communicator of `id` on `ctx`'s device; `rank` is the stream
-    /// the rank's own work runs on.
+    /// Member `me` of `group` (the members' job ranks, one per node, in
+    /// node order) joins the NCCL communicator of `id` on `ctx`'s device;
+    /// `rank` is the stream the rank's own work runs on.
     pub fn init(
         ctx: Arc<CudaContext>,
         rank: Arc<CudaStream>,
         id: &[u8],
         me: usize,
-        members: usize,
+        group: &[usize],
         timeout: Duration,
     ) -> Result<NcclAcross> {
+        let members = group.len();
         Ok(NcclAcross {
             link: Link::init(ctx, id, me, members, timeout)?,
             rank,
             staging: Mutex::new(None),
             members,
+            others: (0..members)
+                .filter(|&m| m != me)
+                .map(|m| group[m])
+                .collect(),
         })
+    }
+
+    /// Waits for the link's work; a step that made no progress names the
+    /// members it may be waiting on.
+    fn wait(&self) -> Result<()> {
+        self.link.wait().map_err(|e| match e {
+            Error::NoProgress { waited, .. } => Error::NoProgress {
+                what: format!(
+                    "the step between nodes over NCCL ({})",
+                    waiting_on(&self.others)
+                ),
+                waited,
+            },
+            e => e,
+        })
+    }
+}
+
+/// How a step that made no progress names the members it waits on: as the
+/// test stand-in does with one other member, else all of them.
+fn waiting_on(others: &[usize]) -> String {
+    match others {
+        [one] => format!("waiting on rank {one}"),
+        more => {
+            let ranks: Vec<String> = more.iter().map(usize::to_string).collect();
+            format!("waiting on one of ranks {}", ranks.join(", "))
+        }
     }
 }
 
@@ -81,7 +116,7 @@ impl Across for NcclAcross {
     unsafe fn all_gather_at(&self, mine: u64, bytes: usize, all: u64) -> Result<()> {
         // SAFETY: the caller's promise, passed on.
         unsafe { self.enqueue_all_gather(mine, bytes, all)? };
-        self.link.wait()
+        self.wait()
     }
 
     /// On the link's stream after the rank's: the rank's queue goes on at
@@ -112,7 +147,7 @@ impl Across for NcclAcross {
     }
 
     fn settle(&self) -> Result<()> {
-        self.link.wait()
+        self.wait()
     }
 
     fn abort(&self) {
@@ -147,5 +182,16 @@ impl NcclAcross {
                 )
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::waiting_on;
+
+    #[test]
+    fn a_step_without_progress_names_the_members_it_waits_on() {
+        assert_eq!(waiting_on(&[3]), "waiting on rank 3");
+        assert_eq!(waiting_on(&[1, 5, 7]), "waiting on one of ranks 1, 5, 7");
     }
 }
