@@ -221,13 +221,25 @@ pub fn assert_survivors_fail(
         }
         let (at, line) = rank.expect("error", wait);
         assert!(line.starts_with(&want), "rank {r}: {line}");
-        let took = at.saturating_duration_since(since);
-        assert!(took < within, "rank {r} heard after {took:?}: {line}");
-        let (code, lines) = rank.finish();
-        assert_eq!(code, 2, "rank {r}: {lines:?}");
-        assert!(lines.iter().any(|l| l == "left"), "rank {r}: {lines:?}");
+        ended_in_time_and_left(rank, r, (at, &line), since, within);
     }
     skipped
+}
+
+/// Rank `r`'s error `line`, heard at `at`, came within `within` of
+/// `since`; the rank then left (its drop did not hang) with exit code 2.
+fn ended_in_time_and_left(
+    rank: Rank,
+    r: usize,
+    (at, line): (Instant, &str),
+    since: Instant,
+    within: Duration,
+) {
+    let took = at.saturating_duration_since(since);
+    assert!(took < within, "rank {r} after {took:?}: {line}");
+    let (code, lines) = rank.finish();
+    assert_eq!(code, 2, "rank {r}: {lines:?}");
+    assert!(lines.iter().any(|l| l == "left"), "rank {r}: {lines:?}");
 }
 
 /// Each of `ranks` says `next <error> <ms>` after its failed call: its
@@ -286,11 +298,7 @@ pub fn assert_stall_ends_every_survivor(
                 assert!(n.starts_with(&want), "rank {r}: {n}");
             }
         }
-        let took = at.saturating_duration_since(since);
-        assert!(took < within, "rank {r} after {took:?}: {line}");
-        let (code, lines) = rank.finish();
-        assert_eq!(code, 2, "rank {r}: {lines:?}");
-        assert!(lines.iter().any(|l| l == "left"), "rank {r}: {lines:?}");
+        ended_in_time_and_left(rank, r, (at, &line), since, within);
     }
     assert!(!timed_out.is_empty(), "no survivor timed out: {gave_up:?}");
     // The ranks that wait on the stalled one time out together: one of
@@ -324,31 +332,16 @@ pub fn assert_abort_ends_every_call(
     let me = ranks.remove(aborter);
     let (at, line) = me.expect("error", wait);
     assert!(line.starts_with("error Aborted"), "rank {aborter}: {line}");
-    let took = at.saturating_duration_since(since);
-    assert!(took < within, "rank {aborter} after {took:?}: {line}");
     let named = format!("PeerAborted {{ rank: {aborter} }}");
     for (i, rank) in ranks.into_iter().enumerate() {
         let r = if i >= aborter { i + 1 } else { i };
         let (_, next) = rank.expect("next", wait);
-        assert!(
-            next.starts_with(&format!("next Some({named}) ")),
-            "rank {r}: {next}"
-        );
+        let refused = next.starts_with(&format!("next Some({named}) "));
+        assert!(refused, "rank {r}: {next}");
         let (at, line) = rank.expect("error", wait);
-        assert!(
-            line.starts_with(&format!("error {named}")),
-            "rank {r}: {line}"
-        );
-        let took = at.saturating_duration_since(since);
-        assert!(took < within, "rank {r} after {took:?}: {line}");
-        let (code, lines) = rank.finish();
-        assert_eq!(code, 2, "rank {r}: {lines:?}");
-        assert!(lines.iter().any(|l| l == "left"), "rank {r}: {lines:?}");
+        let named_it = line.starts_with(&format!("error {named}"));
+        assert!(named_it, "rank {r}: {line}");
+        ended_in_time_and_left(rank, r, (at, &line), since, within);
     }
-    let (code, lines) = me.finish();
-    assert_eq!(code, 2, "rank {aborter}: {lines:?}");
-    assert!(
-        lines.iter().any(|l| l == "left"),
-        "rank {aborter}: {lines:?}"
-    );
+    ended_in_time_and_left(me, aborter, (at, &line), since, within);
 }
