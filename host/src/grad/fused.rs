@@ -15,6 +15,14 @@ use ringreduce_kernels::{Collective, DataType, Op};
 /// each one's slot, its tensors' places and what the backend began.
 type Flight<'c, C> = std::collections::VecDeque<(usize, Vec<Item>, <C as GradBackend>::Begun<'c>)>;
 
+/// A session's buckets in flight, as [`Flight`]'s, each with its tensors.
+type SessionFlight<'c, 't, C> = std::collections::VecDeque<(
+    usize,
+    Vec<Item>,
+    Vec<&'t [<C as crate::collectives::Collectives>::Buf<f32>]>,
+    <C as GradBackend>::Begun<'c>,
+)>;
+
 /// How a bucket or tensor is reduced.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum Reduce {
@@ -99,6 +107,7 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
         self.comm.order(&self.net, &self.own)?;
         Ok(Session {
             g: self,
+            flight: Default::default(),
             producers,
             packer: Packer::default(),
             open: Vec::new(),
@@ -491,6 +500,9 @@ fn half_via<C: GradBackend, H: RsElement>(
 /// ordered.
 pub struct Session<'g, 'c, 't, C: GradBackend> {
     g: &'g mut GradSync<'c, C>,
+    /// Buckets whose all-reduce is begun (a job that spans nodes), oldest
+    /// first, each with its tensors, to end and unpack.
+    flight: SessionFlight<'c, 't, C>,
     producers: Vec<C::Queue>,
     packer: Packer,
     /// The tensors of the open bucket, by the packer's item index.
@@ -517,6 +529,10 @@ impl<'t, C: GradBackend> Session<'_, '_, 't, C> {
         let (closed, alone) = self.packer.push(0, n, g.cap());
         if let Some(Bucket::Packed { items, len }) = closed {
             self.launch(&items, len)?;
+        }
+        if alone.is_some() {
+            // It runs now, alone: the buckets in flight end first.
+            self.land_all()?;
         }
         let g = &mut *self.g;
         if alone.is_some() {
@@ -546,7 +562,7 @@ impl<'t, C: GradBackend> Session<'_, '_, 't, C> {
         if let Some(Bucket::Packed { items, len }) = self.packer.take() {
             self.launch(&items, len)?;
         }
-        Ok(())
+        self.land_all()
     }
 
     /// Flushes, then makes each of `queues` (one per rank) wait on the
@@ -564,7 +580,10 @@ impl<'t, C: GradBackend> Session<'_, '_, 't, C> {
         if !self.pushed {
             return Ok(());
         }
-        self.flush()?;
+        let flushed = self.flush();
+        // Nothing runs on into the tensors once the call has returned.
+        let settled = self.g.comm.settle();
+        flushed.and(settled)?;
         let g = &*self.g;
         g.comm.order(queues, &g.net)?;
         g.comm.order(queues, &g.copy)?;
@@ -574,22 +593,59 @@ impl<'t, C: GradBackend> Session<'_, '_, 't, C> {
     }
 
     /// The closed bucket in the current slot: all-reduced and unpacked on
-    /// the communication queue after its packing.
+    /// the communication queue after its packing. Where the backend begins
+    /// it (a job that spans nodes), it stays in flight while the next
+    /// bucket fills, and the one before it ends, as the fused call's do.
     fn launch(&mut self, items: &[Item], len: usize) -> Result<()> {
         let g = &mut *self.g;
         let (copy, net) = (g.copy.clone(), g.net.clone());
         g.comm.order(&net, &copy)?;
-        g.reduce_bucket(self.slot, len, Reduce::Plain, &net)?;
         // Its tensors are the first of the open list, in order.
         let items: Vec<Item> = items
             .iter()
             .enumerate()
             .map(|(i, it)| Item { tensor: i, ..*it })
             .collect();
-        g.pack(self.slot, &items, &self.open, &net, false)?;
+        let tensors: Vec<&'t [C::Buf<f32>]> = self
+            .open
+            .drain(..items.len().min(self.open.len()))
+            .collect();
+        let slot = self.slot;
         self.slot ^= 1;
-        // The open bucket's items start again from 0.
-        self.open.drain(..items.len().min(self.open.len()));
+        match g.begin_bucket(slot, len, Reduce::Plain, &net) {
+            Some(begun) => {
+                self.flight.push_back((slot, items, tensors, begun?));
+                if self.flight.len() == BEGUN_AT_ONCE {
+                    self.land_oldest()?;
+                }
+                Ok(())
+            }
+            None => {
+                g.reduce_bucket(slot, len, Reduce::Plain, &net)?;
+                g.pack(slot, &items, &tensors, &net, false)
+            }
+        }
+    }
+
+    /// Ends the oldest bucket in flight and unpacks it on the
+    /// communication queue.
+    fn land_oldest(&mut self) -> Result<()> {
+        let Some((b, items, tensors, begun)) = self.flight.pop_front() else {
+            return Ok(());
+        };
+        let g = &mut *self.g;
+        let (comm, net) = (g.comm, g.net.clone());
+        if let ([buf], [q]) = (g.buckets[b].all_mut().as_mut_slice(), net.as_slice()) {
+            comm.end_all_reduce(buf, begun, q)?;
+        }
+        g.pack(b, &items, &tensors, &net, false)
+    }
+
+    /// Ends and unpacks every bucket in flight, oldest first.
+    fn land_all(&mut self) -> Result<()> {
+        while !self.flight.is_empty() {
+            self.land_oldest()?;
+        }
         Ok(())
     }
 }
@@ -601,6 +657,7 @@ impl<C: GradBackend> Drop for Session<'_, '_, '_, C> {
     fn drop(&mut self) {
         if !self.done && self.pushed {
             let _ = self.flush();
+            let _ = self.g.comm.settle();
             let g = &*self.g;
             let _ = g.comm.order(&g.own, &g.net);
             let _ = g.comm.order(&g.own, &g.copy);
