@@ -251,6 +251,8 @@ fn kill_gpu_rank_3_of_2_hosts_x_2(dev: usize, job: &str, ready: &str, next: bool
 /// timeouts (ours inside the host, the NCCL wait's between hosts) can end
 /// the others' calls; the first to time out makes the job give up, so
 /// every survivor ends within the timeout and two seconds, and leaves.
+/// Which rank times out first, and so what it names, depends on clocks
+/// kept on the device and on the host: not asserted here.
 fn gpu_hierarchical_stopped_in_flight(dev: usize) {
     let timeout_ms = 5_000;
     let timeout = [("RINGREDUCE_TEST_TIMEOUT_MS", timeout_ms.to_string())];
@@ -259,7 +261,7 @@ fn gpu_hierarchical_stopped_in_flight(dev: usize) {
     let stopped = stop_when_ready(&mut ranks, 3, "looping", ready, settle);
     let mut stalled = ranks.remove(3);
     let within = Duration::from_millis(timeout_ms + 2_000);
-    assert_stall_ends_every_survivor(ranks, stopped, within, Duration::from_secs(60), true);
+    assert_stall_ends_every_survivor(ranks, stopped, within, Duration::from_secs(60), true, false);
     let _ = stalled.child.kill();
     let _ = stalled.child.wait();
 }

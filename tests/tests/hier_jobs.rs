@@ -174,7 +174,7 @@ fn a_stalled_rank_on_the_other_host_fails_every_survivor_within_the_timeout() {
     let mut stalled = ranks.remove(3);
     // From the join: the survivors start waiting a little later.
     let within = Duration::from_millis(timeout_ms + 3_000);
-    assert_stall_ends_every_survivor(ranks, joined, within, wait, false);
+    assert_stall_ends_every_survivor(ranks, joined, within, wait, false, true);
     let _ = stalled.child.kill();
     let _ = stalled.child.wait();
 }
@@ -199,7 +199,7 @@ fn a_rank_on_the_other_host_stopped_with_buckets_in_flight_fails_every_survivor_
     // with room for a loaded machine. Without it, each rank waited out a
     // timeout of its own in turn: 6 s.
     let within = Duration::from_millis(timeout_ms + 2_000);
-    assert_stall_ends_every_survivor(ranks, stopped, within, wait, true);
+    assert_stall_ends_every_survivor(ranks, stopped, within, wait, true, true);
     let _ = stalled.child.kill();
     let _ = stalled.child.wait();
 }
