@@ -191,6 +191,24 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
         }
     }
 
+    /// Ends the all-reduce [`begin_bucket`](Self::begin_bucket) began in
+    /// bucket `b`, then unpacks the bucket into `items` of `tensors`, on
+    /// `q`.
+    fn land(
+        &mut self,
+        b: usize,
+        items: &[Item],
+        tensors: &[&[C::Buf<f32>]],
+        begun: C::Begun<'c>,
+        q: &[C::Queue],
+    ) -> Result<()> {
+        let comm = self.comm;
+        if let ([buf], [qu]) = (self.buckets[b].all_mut().as_mut_slice(), q) {
+            comm.end_all_reduce(buf, begun, qu)?;
+        }
+        self.pack(b, items, tensors, q, false)
+    }
+
     /// Ends the oldest bucket in flight and unpacks it.
     fn land_oldest(
         &mut self,
@@ -201,12 +219,8 @@ impl<'c, C: GradBackend> GradSync<'c, C> {
         let Some((b, items, begun)) = flight.pop_front() else {
             return Ok(());
         };
-        let comm = self.comm;
-        if let ([buf], [qu]) = (self.buckets[b].all_mut().as_mut_slice(), q) {
-            comm.end_all_reduce(buf, begun, qu)?;
-        }
         let all: Vec<&[C::Buf<f32>]> = tensors.iter().map(|t| t.as_slice()).collect();
-        self.pack(b, &items, &all, q, false)
+        self.land(b, &items, &all, begun, q)
     }
 
     /// Ends and unpacks every bucket in flight, oldest first.
@@ -633,12 +647,8 @@ impl<'t, C: GradBackend> Session<'_, '_, 't, C> {
         let Some((b, items, tensors, begun)) = self.flight.pop_front() else {
             return Ok(());
         };
-        let g = &mut *self.g;
-        let (comm, net) = (g.comm, g.net.clone());
-        if let ([buf], [q]) = (g.buckets[b].all_mut().as_mut_slice(), net.as_slice()) {
-            comm.end_all_reduce(buf, begun, q)?;
-        }
-        g.pack(b, &items, &tensors, &net, false)
+        let net = self.g.net.clone();
+        self.g.land(b, &items, &tensors, begun, &net)
     }
 
     /// Ends and unpacks every bucket in flight, oldest first.
