@@ -546,6 +546,17 @@ pub enum Error {
     Broken(String),
 }
 
+impl Error {
+    /// What every later call returns once `self` broke a communicator:
+    /// [`Error::Broken`] with its text, never wrapped twice.
+    pub(crate) fn broken_by(&self) -> Error {
+        match self {
+            Error::Broken(_) => self.clone(),
+            other => Error::Broken(other.to_string()),
+        }
+    }
+}
+
 /// Where a kernel first noticed an abort.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AbortSeen {

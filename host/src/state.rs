@@ -179,12 +179,7 @@ impl CommState {
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
         {
-            // An error that already says the communicator is broken is
-            // returned as it is, not wrapped once more.
-            return Err(match e {
-                Error::Broken(_) => e.clone(),
-                other => Error::Broken(other.to_string()),
-            });
+            return Err(e.broken_by());
         }
         if let Some(e) = first_error(recs, self.max_channels, &self.ring) {
             self.mark_broken(&e);

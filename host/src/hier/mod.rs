@@ -149,17 +149,14 @@ impl<B: Backend> HierComm<B> {
 
     /// `Ok` unless something stopped this rank: a peer lost or aborted, or
     /// its own abort, as they are; a call of its own cut short, as
-    /// [`Error::Broken`] with that error's text (once, not nested).
+    /// [`Error::broken_by`] it.
     fn usable(&self) -> Result<()> {
         match self.cause.get() {
             None => Ok(()),
             Some(
-                e @ (Error::PeerLost { .. }
-                | Error::PeerAborted { .. }
-                | Error::Aborted { .. }
-                | Error::Broken(_)),
+                e @ (Error::PeerLost { .. } | Error::PeerAborted { .. } | Error::Aborted { .. }),
             ) => Err(e.clone()),
-            Some(e) => Err(Error::Broken(e.to_string())),
+            Some(e) => Err(e.broken_by()),
         }
     }
 
