@@ -538,6 +538,30 @@ pub fn rows<C: GradBackend>(
     })
 }
 
+/// Beside each row of a job over `nodes` simulated hosts of `per_node`
+/// ranks, the wire alone: every rank at once sending, over loopback TCP,
+/// what the dense step between hosts sends for the row's size (its shard
+/// to each other node). Rank 0 measures it after every row, with no
+/// collective in flight.
+pub fn with_wire(m: &mut Measured, nodes: usize, per_node: usize) -> Result<(), String> {
+    if nodes < 2 || per_node == 0 {
+        return Ok(());
+    }
+    let mut sizes: Vec<u64> = m.rows.iter().map(|r| r.size).collect();
+    sizes.dedup();
+    for size in sizes {
+        let bytes = size as usize / per_node * (nodes - 1);
+        let w = crate::wire::loopback(nodes * per_node, bytes)?;
+        for r in m.rows.iter_mut().filter(|r| r.size == size) {
+            r.parts.push(PartTime {
+                name: w.label(),
+                time_us: w.us(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The table, in the bench's column style.
 pub fn table(m: &Measured) -> String {
     let (rows, break_even) = (&m.rows, m.break_even);

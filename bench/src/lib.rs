@@ -22,5 +22,6 @@ pub mod sizes;
 pub mod suite;
 pub mod sweeps;
 pub mod table;
+pub mod wire;
 
 pub use cli::BenchArgs;

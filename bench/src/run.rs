@@ -466,7 +466,9 @@ fn grad_main(
     let e = |e: ringreduce::Error| e.to_string();
     // The whole list on the GPU, its first 40 tensors on the CPU.
     let fused = if use_gpu { 161 } else { 40 };
-    let (rows, device) = match job {
+    // A hierarchical job's hosts: nodes, and ranks on each.
+    let mut hosts = None;
+    let (mut rows, device) = match job {
         // A hierarchical job: this process's rank, the step between its
         // nodes compressed as each row asks.
         Some(l) if use_gpu => {
@@ -483,12 +485,14 @@ fn grad_main(
             let device = ringreduce::gpu::open_device(mine)
                 .and_then(|c| Ok(c.name()?))
                 .map_err(e)?;
+            hosts = Some((comm.nodes().count(), comm.nodes().per_node()));
             (grad_rows(&comm, args, sizes, fused)?, device)
         }
         Some(l) => {
             let id = l.unique_id().map_err(e)?;
             let comm = HierComm::<CpuBackend>::init_rank(&id, l.rank, l.world, 0, config.clone())
                 .map_err(e)?;
+            hosts = Some((comm.nodes().count(), comm.nodes().per_node()));
             (
                 grad_rows(&comm, args, sizes, fused)?,
                 "CPU execution".to_string(),
@@ -513,6 +517,9 @@ fn grad_main(
             )
         }
     };
+    if let (Some((nodes, per_node)), Some(0)) = (hosts, job.map(|l| l.rank)) {
+        crate::grad::with_wire(&mut rows, nodes, per_node)?;
+    }
     let ranks = job.map_or(args.ranks, |l| l.world);
     let mut report = crate::grad::report(argv, use_gpu, device, ranks, args.iters, args.warmup);
     println!(

@@ -148,6 +148,37 @@ fn bad_arguments_fail_cleanly() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown data type"));
 }
 
+/// The gradient rows of a job over two simulated hosts carry the wire
+/// alone beside them: four loopback streams at once, each what the dense
+/// step between hosts sends for the row's size.
+#[test]
+fn cpu_hierarchical_gradient_rows_carry_the_wire_alone() {
+    let json = tmp("hier-fused.json");
+    run_ok(|c| {
+        c.args(["--cpu", "--procs", "4", "--nodes", "2", "--backend", "hier"])
+            .args(["--collective", "fused", "-n", "1", "-w", "1", "-J"])
+            .arg(&json)
+    });
+    let v: ringreduce_bench::grad::GradReport =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(!v.rows.is_empty());
+    for r in &v.rows {
+        // Each rank's shard (half the list) to the one other node.
+        let mb = format!("4 streams of {:.1} MB", r.size as f64 / 2.0 / 1e6);
+        let wire: Vec<_> = r
+            .parts
+            .iter()
+            .filter(|p| p.name.starts_with("wire alone"))
+            .collect();
+        assert!(
+            wire.len() == 1 && wire[0].name.contains(&mb) && wire[0].time_us > 0.0,
+            "{}: {:?}",
+            r.variant,
+            r.parts
+        );
+    }
+}
+
 /// `--procs 4 --nodes 2 --backend hier`: the hierarchical backend over two
 /// simulated hosts, every row checked and named by its backend; `nccl`
 /// without a GPU, and a backend other than ours outside a job, are refused.
