@@ -541,13 +541,14 @@ pub fn rows<C: GradBackend>(
 /// Beside each row of a job over `nodes` simulated hosts of `per_node`
 /// ranks, the wire alone: every rank at once sending, over loopback TCP,
 /// what the dense step between hosts sends for the row's size (its shard
-/// to each other node). Rank 0 measures it after every row, with no
-/// collective in flight.
+/// to each other node). Rank 0 measures it once every row is timed and
+/// the job has left, so no collective shares the sockets.
 pub fn with_wire(m: &mut Measured, nodes: usize, per_node: usize) -> Result<(), String> {
     if nodes < 2 || per_node == 0 {
         return Ok(());
     }
     let mut sizes: Vec<u64> = m.rows.iter().map(|r| r.size).collect();
+    sizes.sort_unstable();
     sizes.dedup();
     for size in sizes {
         let bytes = size as usize / per_node * (nodes - 1);
