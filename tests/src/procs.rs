@@ -258,11 +258,11 @@ pub fn assert_next_call_refused(ranks: &[Rank], dead: usize, wait: Duration) {
 /// Every one of `ranks` (a job's survivors, in rank order; the stalled
 /// rank is the last of the job) ends its call within `within` of `since`,
 /// and leaves; with `names_stalled`, some survivor's timeout names the
-/// stalled rank. The first to
-/// time out says what it waited on (`Timeout`, naming the rank and the
-/// peer in the job's ranks, or `NoProgress` of the step between hosts)
-/// and makes the job give up: every other survivor either timed out too
-/// or names a survivor that did (`PeerAborted`). With `next` (a job that
+/// stalled rank. The first to time out says what it waited on
+/// (`Timeout`, naming the rank and the peer in the job's ranks, or
+/// `NoProgress` of the step between hosts) and makes the job give up:
+/// every other survivor either timed out too or names a survivor that
+/// did (`PeerAborted`). With `next` (a job that
 /// prints `next`), each one's next call was refused: `Broken` after its
 /// own timeout, else the same `PeerAborted`.
 pub fn assert_stall_ends_every_survivor(
